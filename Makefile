@@ -1,0 +1,39 @@
+# agentsearch: `make run` serves the embedded default, `make test` passes the suite; each sets itself up.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench bench-full lint typecheck deploy-check clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first: the CPU wheel on this machine; a bare torch requirement later would pull a CUDA build.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+$(VENV): $(STAMP)
+
+run: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m service serve --data-dir ./data
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m bench
+
+bench-full: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m bench --full
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check service workers tests bench
+	$(VENV)/bin/mypy
+
+deploy-check: $(STAMP)
+	$(PY) -m deploy.check
+
+clean:
+	rm -rf $(VENV) data

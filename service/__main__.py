@@ -1,0 +1,7 @@
+"""``python -m service``: the agentsearch command line."""
+
+import sys
+
+from service.cli import main
+
+sys.exit(main())

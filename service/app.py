@@ -1,0 +1,97 @@
+"""The aiohttp application factory: state, middleware, routes and the resources' lifecycles."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from service.engine.embeddings import EmbeddingUnavailable
+from service.engine.runtime import Engine, open_engine
+from service.health import metrics_middleware
+from service.health import routes as health_routes
+from service.middleware import (
+    auth_middleware,
+    deadline_middleware,
+    error_middleware,
+    request_id_middleware,
+    server_timing_on_prepare,
+)
+from service.settings import Settings
+from service.state import ENGINE, SETTINGS, WORKER_STATE
+from service.status import routes as status_routes
+from service.surfaces import setup_surface_routes
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, *, engine: Engine | None = None) -> web.Application:
+    """The service app. Pass ``engine`` to share one already open (tests, CLI); otherwise it opens its own."""
+    app = web.Application(
+        client_max_size=settings.client_max_size,
+        middlewares=[
+            request_id_middleware,
+            metrics_middleware,
+            error_middleware,
+            deadline_middleware(settings.request_deadline_s),
+            auth_middleware,
+        ],
+    )
+    app[SETTINGS] = settings
+    app.cleanup_ctx.append(_engine_context(engine))
+    app.cleanup_ctx.append(_model_preload_context)
+    if settings.runs_worker_in_process:
+        app.cleanup_ctx.append(_in_process_worker_context)
+    app.on_response_prepare.append(server_timing_on_prepare)
+    app.router.add_routes(health_routes)
+    app.router.add_routes(status_routes)
+    setup_surface_routes(app)
+    return app
+
+
+def _engine_context(shared: Engine | None):  # type: ignore[no-untyped-def]
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        engine = shared or await open_engine(app[SETTINGS])
+        app[ENGINE] = engine
+        yield
+        if shared is None:
+            await engine.close()
+
+    return context
+
+
+async def _model_preload_context(app: web.Application) -> AsyncIterator[None]:
+    """Load the default model in the background: the service answers (lexically) while it loads."""
+    embedder = app[ENGINE].embedders.default
+    load = getattr(embedder, "load", None)
+    task = asyncio.create_task(_preload(load)) if load is not None else None
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _preload(load) -> None:  # type: ignore[no-untyped-def]
+    with contextlib.suppress(EmbeddingUnavailable):
+        await load()
+
+
+async def _in_process_worker_context(app: web.Application) -> AsyncIterator[None]:
+    """The embedded default runs the arq workers in the service's own event loop."""
+    from workers.settings import build_workers, run_workers, stop_workers
+
+    workers = build_workers(app[ENGINE])
+    task = asyncio.create_task(run_workers(workers))
+    app[WORKER_STATE] = {"workers": workers, "task": task}
+    yield
+    stop_workers(workers)
+    try:
+        await asyncio.wait_for(asyncio.shield(task), timeout=app[SETTINGS].job_timeout_s)
+    except asyncio.TimeoutError:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,148 @@
+"""The ``agentsearch`` command line: serve, worker, token, and one-shot workspace index/search."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from service.errors import SettingsError
+from service.settings import Settings, load_settings
+
+
+def configure_logging(level: str) -> None:
+    from service.middleware import RequestIdFilter
+
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = Path(args.data_dir)
+    if getattr(args, "host", None):
+        overrides["host"] = args.host
+    if getattr(args, "port", None):
+        overrides["port"] = args.port
+    settings = load_settings(**overrides)
+    extra_roots = tuple(Path(p).resolve() for p in getattr(args, "allow_root", None) or ())
+    if extra_roots:
+        settings = settings.with_overrides(allowed_roots=settings.allowed_roots + extra_roots)
+    return settings
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from service.app import create_app
+
+    settings = _settings(args)
+    configure_logging(settings.log_level)
+    logging.getLogger(__name__).info(
+        "starting agentsearch", extra={"store": settings.store_kind, "data_dir": str(settings.data_dir)}
+    )
+    web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None, access_log=None)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    configure_logging(settings.log_level)
+
+    async def run() -> None:
+        from service.engine.runtime import open_engine
+        from workers.settings import build_workers, run_workers
+
+        engine = await open_engine(settings)
+        try:
+            await run_workers(build_workers(engine, burst=args.burst, handle_signals=False))
+        finally:
+            await engine.close()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from service.auth import load_or_create_secret, mint_token
+
+    settings = _settings(args)
+    secret = settings.jwt_secret or load_or_create_secret(settings.data_dir)
+    teams = tuple(t.strip() for t in (args.teams or "").split(",") if t.strip())
+    print(
+        mint_token(
+            secret,
+            sub=args.sub,
+            org=args.org,
+            teams=teams,
+            plan=args.plan,
+            admin=args.admin,
+            ttl_s=args.ttl,
+            audience=settings.jwt_audience,
+        )
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentsearch", description="Search service for AI-agent platforms.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTP service (embedded default unless QDRANT_URL is set)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir")
+    serve.add_argument("--allow-root", action="append", metavar="DIR", help="add an allowed workspace base directory")
+    serve.set_defaults(func=cmd_serve)
+
+    worker = sub.add_parser("worker", help="run the arq workers as their own process (production)")
+    worker.add_argument("--data-dir")
+    worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    worker.set_defaults(func=cmd_worker)
+
+    token = sub.add_parser("token", help="print a dev token signed with the data directory's secret")
+    token.add_argument("--data-dir")
+    token.add_argument("--sub", required=True)
+    token.add_argument("--org")
+    token.add_argument("--teams", help="comma-separated team ids")
+    token.add_argument("--plan", default="free", choices=["free", "standard", "pro", "max"])
+    token.add_argument("--admin", action="store_true")
+    token.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="seconds until expiry (0: never)")
+    token.set_defaults(func=cmd_token)
+
+    from service.surfaces import add_cli_commands
+
+    add_cli_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.func(args)
+        return result
+    except SettingsError as exc:
+        print(f"agentsearch: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the store lock and similar start-up refusals print one clear line
+        from service.engine.store import StoreError
+
+        if isinstance(exc, StoreError):
+            print(f"agentsearch: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Workspace code search building blocks: walking, chunking, trigram prefilter and path scope."""

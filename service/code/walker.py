@@ -1,0 +1,184 @@
+"""Walking a workspace: which files code search sees, with their size and mtime.
+
+Rules (seed 002, "What gets skipped"):
+- directories named ``.git``, ``node_modules``, ``vendor`` and every name in ``skip_dirs`` are
+  pruned anywhere in the tree (exact names, not globs);
+- ``.gitignore`` files are respected, the root one and nested ones, with git's precedence (a
+  deeper file overrides a shallower one, ``!`` re-includes) and ``.git/info/exclude`` at the root;
+- files larger than ``max_file_bytes`` and binary files (a NUL byte in the first 8 KiB) are
+  skipped and counted;
+- symlinks: one whose target lies outside the root is never followed. A symlinked *file* inside
+  the root is listed under its link path. A symlinked *directory* inside the root is not
+  descended: its target is walked under its real path anyway, so following it would only list
+  files twice and could loop.
+
+Paths are relative to the root, ``/``-separated, and listed in a stable (sorted) order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pathspec import GitIgnoreSpec
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SKIP_DIRS: frozenset[str] = frozenset({".git", "node_modules", "vendor"})
+BINARY_PROBE_BYTES = 8192
+DEFAULT_MAX_FILE_BYTES = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class WalkedFile:
+    """One searchable file: ``path`` is relative to the root, ``/``-separated."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(slots=True)
+class WalkResult:
+    """The files of one walk and how many were left out, by reason."""
+
+    files: list[WalkedFile] = field(default_factory=list)
+    skipped_binary: int = 0
+    skipped_too_large: int = 0
+    skipped_ignored: int = 0
+    skipped_symlinks: int = 0
+    skipped_unreadable: int = 0
+    pruned_dirs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _IgnoreRules:
+    """A ``.gitignore`` and the directory (relative to the root) it lives in."""
+
+    base: str
+    spec: GitIgnoreSpec
+
+    def verdict(self, rel_path: str, is_dir: bool) -> bool | None:
+        """True: ignored, False: re-included by ``!``, None: no pattern of this file applies."""
+        local = rel_path[len(self.base) + 1 :] if self.base else rel_path
+        if is_dir:
+            local += "/"
+        return self.spec.check_file(local).include
+
+
+def walk(
+    root: Path,
+    skip_dirs: Iterable[str] = (),
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> WalkResult:
+    """List the searchable files under ``root`` (see the module docstring for the rules)."""
+    real_root = os.path.realpath(root)
+    if not os.path.isdir(real_root):
+        raise NotADirectoryError(f"workspace root {root} is not a directory")
+    walker = _Walker(real_root, DEFAULT_SKIP_DIRS | frozenset(skip_dirs), max_file_bytes)
+    root_rules = _load_rules(os.path.join(real_root, ".git", "info", "exclude"), "")
+    walker.walk_dir(real_root, "", [root_rules] if root_rules else [])
+    return walker.result
+
+
+class _Walker:
+    def __init__(self, real_root: str, skip_dirs: frozenset[str], max_file_bytes: int) -> None:
+        self.real_root = real_root
+        self.skip_dirs = skip_dirs
+        self.max_file_bytes = max_file_bytes
+        self.result = WalkResult()
+
+    def walk_dir(self, abs_dir: str, rel_dir: str, rules: list[_IgnoreRules]) -> None:
+        try:
+            with os.scandir(abs_dir) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except OSError:
+            self.result.skipped_unreadable += 1
+            return
+        own = _load_rules(os.path.join(abs_dir, ".gitignore"), rel_dir)
+        # Deepest rules first: the first file with an opinion decides, as in git.
+        rules = [own, *rules] if own else rules
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            self._visit(entry, rel, rules)
+
+    def _visit(self, entry: os.DirEntry[str], rel: str, rules: list[_IgnoreRules]) -> None:
+        try:
+            is_link = entry.is_symlink()
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            self.result.skipped_unreadable += 1
+            return
+        if is_dir:
+            self._visit_dir(entry, rel, rules)
+        elif is_link:
+            self._visit_link(entry, rel, rules)
+        else:
+            self._visit_file(entry.path, rel, rules)
+
+    def _visit_dir(self, entry: os.DirEntry[str], rel: str, rules: list[_IgnoreRules]) -> None:
+        if entry.name in self.skip_dirs or _is_ignored(rules, rel, is_dir=True):
+            self.result.pruned_dirs += 1
+            return
+        self.walk_dir(entry.path, rel, rules)
+
+    def _visit_link(self, entry: os.DirEntry[str], rel: str, rules: list[_IgnoreRules]) -> None:
+        target = os.path.realpath(entry.path)
+        inside = target == self.real_root or target.startswith(self.real_root + os.sep)
+        if not inside or os.path.isdir(target):
+            self.result.skipped_symlinks += 1
+            return
+        self._visit_file(entry.path, rel, rules)
+
+    def _visit_file(self, abs_path: str, rel: str, rules: list[_IgnoreRules]) -> None:
+        if _is_ignored(rules, rel, is_dir=False):
+            self.result.skipped_ignored += 1
+            return
+        try:
+            info = os.stat(abs_path)
+        except OSError:
+            self.result.skipped_unreadable += 1
+            return
+        if not stat.S_ISREG(info.st_mode):
+            return  # sockets, fifos, devices: never searchable
+        if info.st_size > self.max_file_bytes:
+            self.result.skipped_too_large += 1
+            return
+        binary = _looks_binary(abs_path)
+        if binary is None:
+            self.result.skipped_unreadable += 1
+        elif binary:
+            self.result.skipped_binary += 1
+        else:
+            self.result.files.append(WalkedFile(rel, info.st_size, info.st_mtime_ns))
+
+
+def _is_ignored(rules: list[_IgnoreRules], rel: str, is_dir: bool) -> bool:
+    for rule in rules:
+        verdict = rule.verdict(rel, is_dir)
+        if verdict is not None:
+            return verdict
+    return False
+
+
+def _load_rules(path: str, base: str) -> _IgnoreRules | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    spec = GitIgnoreSpec.from_lines(lines)
+    return _IgnoreRules(base, spec) if len(spec) else None
+
+
+def _looks_binary(path: str) -> bool | None:
+    """The seed's NUL-byte probe; None when the file cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return b"\0" in handle.read(BINARY_PROBE_BYTES)
+    except OSError:
+        return None

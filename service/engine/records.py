@@ -1,0 +1,172 @@
+"""Indexed records: write the record first (searchable lexically at once), then embed it in the background.
+
+Every surface stores its records as points of one collection with these payload fields, besides
+its own: ``tenant``, ``kind``, ``key`` (unique in the collection), ``terms`` (analyzer output),
+``embed_text`` (what the model embeds), ``embed_model`` (``provider/model`` or absent for the
+service default), ``content_hash`` (of ``embed_text`` and the model), ``embedded_hash`` (what the
+vector was computed from) and ``embed_state`` (``pending`` | ``done``). An embed job re-reads the
+record and skips it when its hash moved on, so a stale job never overwrites a newer record; the
+sweeper re-enqueues every ``pending`` record, so a lost enqueue only delays embedding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from service.engine.store import CollectionSpec, Filter, Match, MatchAny, PointRecord, point_id
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+log = logging.getLogger(__name__)
+
+PENDING = "pending"
+DONE = "done"
+BASE_KEYWORD_FIELDS = ("tenant", "kind", "key", "embed_state", "embed_model")
+# Records upserted per store call: bounds memory and keeps the event loop responsive.
+WRITE_BATCH = 512
+# Records per embed job: large enough to batch the model, small enough to retry cheaply.
+EMBED_JOB_SIZE = 128
+
+
+def collection_spec(name: str, keyword_fields: Sequence[str] = (), integer_fields: Sequence[str] = (), bool_fields: Sequence[str] = ()) -> CollectionSpec:
+    """A surface collection: the base record fields plus the surface's own indexed fields."""
+    keywords = tuple(dict.fromkeys((*BASE_KEYWORD_FIELDS, *keyword_fields)))
+    return CollectionSpec(name=name, keyword_fields=keywords, integer_fields=tuple(integer_fields), bool_fields=tuple(bool_fields))
+
+
+def content_hash(embed_text: str, embed_model: str | None) -> str:
+    return hashlib.sha256(f"{embed_model or ''}\x00{embed_text}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """One record to index. ``payload`` holds the surface's own fields."""
+
+    key: str
+    tenant: str
+    kind: str
+    embed_text: str
+    terms: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    embed_model: str | None = None
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.embed_text, self.embed_model)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    written: int
+    to_embed: int
+    enqueued: bool
+
+
+class RecordIndex:
+    """The records of one surface collection."""
+
+    def __init__(self, engine: Engine, surface: str, spec: CollectionSpec) -> None:
+        self.engine = engine
+        self.surface = surface
+        self.spec = spec
+
+    @property
+    def collection(self) -> str:
+        return self.spec.name
+
+    def point_id(self, key: str) -> str:
+        return point_id(self.collection, key)
+
+    async def write(self, records: Iterable[IndexRecord], *, embed: bool = True) -> WriteResult:
+        """Write records; keep vectors whose content did not change; enqueue embedding of the rest."""
+        written, to_embed = 0, []
+        batch: list[IndexRecord] = []
+        for record in records:
+            batch.append(record)
+            if len(batch) >= WRITE_BATCH:
+                to_embed.extend(await self._write_batch(batch))
+                written += len(batch)
+                batch = []
+        if batch:
+            to_embed.extend(await self._write_batch(batch))
+            written += len(batch)
+        enqueued = await self.enqueue_embedding(to_embed) if embed else False
+        return WriteResult(written=written, to_embed=len(to_embed), enqueued=enqueued)
+
+    async def _write_batch(self, records: Sequence[IndexRecord]) -> list[tuple[str, str]]:
+        ids = [self.point_id(r.key) for r in records]
+        existing = {p.id: p for p in await self.engine.store.retrieve(self.collection, ids)}
+        fresh: list[PointRecord] = []
+        changed: list[tuple[str, str]] = []
+        for pid, record in zip(ids, records, strict=True):
+            old = existing.get(pid)
+            payload = self._payload(record, old.payload if old else None)
+            if old is None:
+                fresh.append(PointRecord(id=pid, payload=payload))
+            else:
+                # overwrite_payload keeps the stored vector: an unchanged text keeps its embedding.
+                await self.engine.store.overwrite_payload(self.collection, pid, payload)
+            if payload["embed_state"] == PENDING:
+                changed.append((record.key, record.content_hash))
+        if fresh:
+            await self.engine.store.upsert(self.collection, fresh)
+        return changed
+
+    @staticmethod
+    def _payload(record: IndexRecord, old: Mapping[str, Any] | None) -> dict[str, Any]:
+        new_hash = record.content_hash
+        embedded_hash = (old or {}).get("embedded_hash")
+        payload = dict(record.payload)
+        payload.update(
+            tenant=record.tenant,
+            kind=record.kind,
+            key=record.key,
+            terms=record.terms,
+            embed_text=record.embed_text,
+            content_hash=new_hash,
+            embed_state=DONE if embedded_hash == new_hash else PENDING,
+        )
+        if record.embed_model:
+            payload["embed_model"] = record.embed_model
+        if embedded_hash:
+            payload["embedded_hash"] = embedded_hash
+        return payload
+
+    async def enqueue_embedding(self, items: Sequence[tuple[str, str]]) -> bool:
+        """Enqueue embed jobs in batches; False when any enqueue failed (the sweeper repairs it)."""
+        ok = True
+        for start in range(0, len(items), EMBED_JOB_SIZE):
+            job = await self.engine.queue.enqueue_embed(self.surface, self.collection, items[start : start + EMBED_JOB_SIZE])
+            ok = ok and job is not None
+        return ok
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        await self.engine.store.delete(self.collection, [self.point_id(k) for k in keys])
+
+    async def delete_where(self, filter: Filter) -> None:
+        await self.engine.store.delete_by_filter(self.collection, filter)
+
+    async def get(self, key: str) -> Mapping[str, Any] | None:
+        points = await self.engine.store.retrieve(self.collection, [self.point_id(key)])
+        return points[0].payload if points else None
+
+    async def get_many(self, keys: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+        points = await self.engine.store.retrieve(self.collection, [self.point_id(k) for k in keys])
+        return {str(p.payload.get("key")): p.payload for p in points}
+
+    async def counts(self, tenants: Sequence[str] | None = None) -> dict[str, int]:
+        """``records``, ``embedded`` and ``pending`` counts, for ``tenants`` or everyone."""
+        base = Filter(must=(MatchAny("tenant", tuple(tenants)),)) if tenants is not None else Filter()
+        records = await self.engine.store.count(self.collection, base)
+        pending = await self.engine.store.count(self.collection, base.and_(Match("embed_state", PENDING)))
+        return {"records": records, "embedded": records - pending, "pending": pending}
+
+
+def tenant_filter(tenants: Sequence[str]) -> Filter:
+    """Only the records of ``tenants``: every query of a caller carries this."""
+    return Filter(must=(MatchAny("tenant", tuple(tenants)),))

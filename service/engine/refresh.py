@@ -1,0 +1,98 @@
+"""Freshness: embedding records in the background and sweeping up any whose embedding is stale.
+
+Called by the arq jobs in ``workers/``; idempotent by construction: a record is embedded only
+while its ``content_hash`` still equals the hash the job was enqueued with.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.engine.embeddings import EmbeddingUnavailable
+from service.engine.records import DONE, EMBED_JOB_SIZE, PENDING, RecordIndex
+from service.engine.runtime import Engine
+from service.engine.store import Filter, Match, VectorSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EmbedOutcome:
+    embedded: int
+    stale: int
+    missing: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"embedded": self.embedded, "stale": self.stale, "missing": self.missing}
+
+
+def index_of(engine: Engine, collection: str) -> RecordIndex:
+    for index in engine.surfaces.values():
+        if index.collection == collection:
+            return index
+    raise LookupError(f"no surface owns collection {collection!r}")
+
+
+async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[str, str]]) -> EmbedOutcome:
+    """Embed the records ``items`` (key, content hash) still current; skip stale and deleted ones."""
+    index = index_of(engine, collection)
+    wanted = dict(items)
+    current = await index.get_many(list(wanted))
+    stale = sum(1 for key, payload in current.items() if payload.get("content_hash") != wanted[key])
+    missing = len(wanted) - len(current)
+    by_model: dict[str | None, list[tuple[str, str, str]]] = defaultdict(list)
+    for key, payload in current.items():
+        if payload.get("content_hash") == wanted[key]:
+            by_model[payload.get("embed_model")].append((key, wanted[key], str(payload.get("embed_text", ""))))
+    embedded = 0
+    for model, rows in by_model.items():
+        embedder = engine.embedders.get(model)
+        vectors = await embedder.embed_documents([text for _, _, text in rows])
+        vector = VectorSpec(embedder.vector_name, embedder.dimensions)
+        await engine.store.ensure_vector(collection, vector)
+        embedded += await _write_vectors(index, vector.name, rows, vectors)
+    return EmbedOutcome(embedded=embedded, stale=stale, missing=missing)
+
+
+async def _write_vectors(index: RecordIndex, vector_name: str, rows: list[tuple[str, str, str]], vectors: list[list[float]]) -> int:
+    """Write vectors of rows whose hash is still current (re-read: the embed took a while)."""
+    store = index.engine.store
+    latest = await index.get_many([key for key, _, _ in rows])
+    written = 0
+    for (key, expected_hash, _), values in zip(rows, vectors, strict=True):
+        if latest.get(key, {}).get("content_hash") != expected_hash:
+            continue
+        pid = index.point_id(key)
+        await store.update_vectors(index.collection, [(pid, {vector_name: values})])
+        await store.set_payload(index.collection, [pid], {"embedded_hash": expected_hash, "embed_state": DONE, "vector_name": vector_name})
+        written += 1
+    # A write that landed between our re-read and set_payload would now look done: re-check once.
+    after = await index.get_many([key for key, _, _ in rows])
+    for key, payload in after.items():
+        if payload.get("embed_state") == DONE and payload.get("embedded_hash") != payload.get("content_hash"):
+            await store.set_payload(index.collection, [index.point_id(key)], {"embed_state": PENDING})
+    return written
+
+
+async def sweep(engine: Engine, *, max_records: int = 100_000) -> dict[str, int]:
+    """Re-enqueue every pending record of every surface; returns how many per surface."""
+    enqueued: dict[str, int] = {}
+    for surface, index in engine.surfaces.items():
+        items: list[tuple[str, str]] = []
+        offset: str | None = None
+        pending = Filter(must=(Match("embed_state", PENDING),))
+        while len(items) < max_records:
+            page, offset = await engine.store.scroll(index.collection, pending, limit=1024, offset=offset)
+            items.extend((str(p.payload["key"]), str(p.payload["content_hash"])) for p in page)
+            if offset is None:
+                break
+        for start in range(0, len(items), EMBED_JOB_SIZE):
+            await engine.queue.enqueue_embed(surface, index.collection, items[start : start + EMBED_JOB_SIZE])
+        enqueued[surface] = len(items)
+    return enqueued
+
+
+__all__ = ["EmbedOutcome", "EmbeddingUnavailable", "embed_records", "sweep"]

@@ -1,0 +1,88 @@
+"""The engine runtime: one object holding the store, embedders, job queue and Redis of a process.
+
+Opened by the service's cleanup context, by ``agentsearch worker`` and by the one-shot CLI
+commands; surfaces register their collections on it so the sweeper and status pages find them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from arq.connections import ArqRedis
+from redis.asyncio import ConnectionPool
+
+from service.auth import load_or_create_secret
+from service.engine.embeddings import EmbedderRegistry
+from service.engine.queue import JobQueue, QueueNames, deserialize, serialize
+from service.engine.records import RecordIndex
+from service.engine.store import CollectionSpec, Store, open_store
+from service.ratelimit import RateLimiter
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Engine:
+    """Everything a request handler or a job needs; built once per process."""
+
+    settings: Settings
+    store: Store
+    embedders: EmbedderRegistry
+    redis: ArqRedis
+    queue: JobQueue
+    jwt_secret: str
+    rate_limiter: RateLimiter
+    surfaces: dict[str, RecordIndex] = field(default_factory=dict)
+
+    async def register(self, surface: str, spec: CollectionSpec) -> RecordIndex:
+        """Create the surface's collection if missing and remember it (sweeper, index status)."""
+        await self.store.ensure_collection(spec)
+        index = RecordIndex(self, surface, spec)
+        self.surfaces[surface] = index
+        return index
+
+    def records(self, surface: str) -> RecordIndex:
+        return self.surfaces[surface]
+
+    async def close(self) -> None:
+        await self.embedders.close()
+        await self.store.close()
+        await self.redis.aclose()
+
+
+def create_redis_client(url: str) -> ArqRedis:
+    """An ArqRedis that connects lazily: the service starts (and answers searches) with Redis down."""
+    pool = ConnectionPool.from_url(url, socket_connect_timeout=2, socket_timeout=5, retry_on_timeout=False)
+    return ArqRedis(connection_pool=pool, job_serializer=serialize, job_deserializer=deserialize)
+
+
+async def open_engine(settings: Settings, *, store: Store | None = None) -> Engine:
+    """Open the store (taking the data-directory lock for the embedded default) and the rest."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secret = settings.jwt_secret or load_or_create_secret(settings.data_dir)
+    if store is None:
+        store = await open_store(
+            settings.store_kind,
+            data_dir=settings.data_dir / "index",
+            qdrant_url=settings.qdrant_url,
+            api_key=settings.qdrant_api_key,
+            shard_number=settings.qdrant_shard_number,
+            replication_factor=settings.qdrant_replication_factor,
+            write_consistency_factor=settings.qdrant_write_consistency_factor,
+        )
+    redis = create_redis_client(settings.redis_url)
+    engine = Engine(
+        settings=settings,
+        store=store,
+        embedders=EmbedderRegistry(settings),
+        redis=redis,
+        queue=JobQueue(redis, QueueNames(settings.queue_prefix)),
+        jwt_secret=secret,
+        rate_limiter=RateLimiter(redis, settings.queue_prefix, enabled=settings.rate_limits_enabled),
+    )
+    from service.surfaces import register_surfaces
+
+    await register_surfaces(engine)
+    return engine

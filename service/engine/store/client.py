@@ -1,0 +1,411 @@
+"""The server index store: ``AsyncQdrantClient`` against a Qdrant server or cluster (or its local mode).
+
+Only calls a real server supports are used, so local mode (``QdrantClientStore.local``) exercises
+the same code in the contract tests. Local mode is a pure-Python emulation, slow past ~20k points
+and blocking inside ``async def``: use it for small tests only.
+
+Differences handled here:
+
+- local mode ignores payload indexes other than a text index with ``scoring`` (and warns on each),
+  so only that one is created there;
+- local mode scores ``TextQuery`` only with the default ``word`` tokenizer, lowercase, no stemmer,
+  stopwords or length limits: the text index is built exactly so everywhere.
+
+Adding a named vector to an existing collection uses ``create_vector_name``
+(``PUT /collections/{collection}/vectors/{vector}``); a server too old to have it answers with an
+error, which becomes a ``StoreError`` that says to upgrade the server or recreate the collection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+from qdrant_client import AsyncQdrantClient, models
+from qdrant_client.http.exceptions import UnexpectedResponse
+
+from .base import (
+    CollectionSpec,
+    Condition,
+    Filter,
+    HasVector,
+    Hit,
+    Match,
+    MatchAny,
+    PointRecord,
+    Range,
+    StoreError,
+    VectorSpec,
+)
+
+logger = logging.getLogger(__name__)
+
+# Points per request: keeps a 384-d batch around 1 MB of JSON, far below the server's 32 MB limit.
+WRITE_CHUNK_POINTS = 256
+
+_TEXT_INDEX = models.TextIndexParams(
+    type=models.TextIndexType.TEXT,
+    tokenizer=models.TokenizerType.WORD,
+    lowercase=True,
+    scoring=models.TextScoringParams(type=models.TextScoringType.BM25),
+)
+
+
+class QdrantClientStore:
+    """``Store`` on ``AsyncQdrantClient``. ``shard_number``, ``replication_factor`` and
+    ``write_consistency_factor`` apply when this store creates a collection (``None``: server default).
+    Every write waits until the server has applied it (``wait=True``)."""
+
+    backend = "qdrant-client"
+
+    def __init__(
+        self,
+        client: AsyncQdrantClient,
+        *,
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
+        write_consistency_factor: int | None = None,
+    ) -> None:
+        self._client = client
+        self._shard_number = shard_number
+        self._replication_factor = replication_factor
+        self._write_consistency_factor = write_consistency_factor
+        options = client.init_options
+        self._local = options.get("location") == ":memory:" or options.get("path") is not None
+        self._text_fields: dict[str, str] = {}  # collection -> its BM25 text field
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: int = 10,
+        prefer_grpc: bool = False,
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
+        write_consistency_factor: int | None = None,
+    ) -> QdrantClientStore:
+        """A store on the Qdrant server or cluster at ``url``."""
+        client = AsyncQdrantClient(url=url, api_key=api_key, timeout=timeout_s, prefer_grpc=prefer_grpc)
+        return cls(
+            client,
+            shard_number=shard_number,
+            replication_factor=replication_factor,
+            write_consistency_factor=write_consistency_factor,
+        )
+
+    @classmethod
+    def local(cls, path_or_memory: str | Path = ":memory:") -> QdrantClientStore:
+        """A store on qdrant-client's local mode: ``":memory:"`` or a directory. Small data only."""
+        if str(path_or_memory) == ":memory:":
+            return cls(AsyncQdrantClient(location=":memory:"))
+        return cls(AsyncQdrantClient(path=str(path_or_memory)))
+
+    # ---- collections -----------------------------------------------------------------------
+
+    async def ensure_collection(self, spec: CollectionSpec, vectors: Sequence[VectorSpec] = ()) -> None:
+        name = spec.name
+        with _errors("create the collection", name):
+            if not await self._client.collection_exists(name):
+                try:
+                    await self._client.create_collection(
+                        name,
+                        vectors_config={
+                            v.name: models.VectorParams(size=v.size, distance=models.Distance.COSINE) for v in vectors
+                        },
+                        shard_number=self._shard_number,
+                        replication_factor=self._replication_factor,
+                        write_consistency_factor=self._write_consistency_factor,
+                    )
+                    logger.info("qdrant collection created", extra={"collection": name})
+                except UnexpectedResponse as exc:
+                    if exc.status_code != 409:  # 409: another process created it meanwhile
+                        raise
+            info = await self._client.get_collection(name)
+            for field_name, schema in self._payload_indexes(spec):
+                if field_name not in info.payload_schema:
+                    await self._client.create_payload_index(name, field_name, field_schema=schema, wait=True)
+        existing = _vector_sizes(info)
+        for vector in vectors:
+            await self._add_vector(name, vector, existing)
+        self._text_fields[name] = spec.text_field
+
+    async def ensure_vector(self, collection: str, vector: VectorSpec) -> None:
+        with _errors("read the collection", collection):
+            info = await self._client.get_collection(collection)
+        await self._add_vector(collection, vector, _vector_sizes(info))
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    async def upsert(self, collection: str, points: Sequence[PointRecord]) -> None:
+        with _errors("upsert points", collection):
+            for start in range(0, len(points), WRITE_CHUNK_POINTS):
+                structs = [
+                    models.PointStruct(id=p.id, vector=_vectors_in(p.vectors), payload=dict(p.payload))
+                    for p in points[start : start + WRITE_CHUNK_POINTS]
+                ]
+                await self._client.upsert(collection, points=structs, wait=True)
+
+    async def overwrite_payload(self, collection: str, point_id: str, payload: Mapping[str, Any]) -> None:
+        with _errors("overwrite a payload", collection):
+            await self._client.overwrite_payload(collection, payload=dict(payload), points=[point_id], wait=True)
+
+    async def set_payload(self, collection: str, point_ids: Sequence[str], payload: Mapping[str, Any]) -> None:
+        with _errors("set payload", collection):
+            await self._client.set_payload(collection, payload=dict(payload), points=list(point_ids), wait=True)
+
+    async def update_vectors(
+        self, collection: str, vectors: Sequence[tuple[str, Mapping[str, Sequence[float]]]]
+    ) -> None:
+        with _errors("update vectors", collection):
+            for start in range(0, len(vectors), WRITE_CHUNK_POINTS):
+                batch = [
+                    models.PointVectors(id=point_id, vector=_vectors_in(named))
+                    for point_id, named in vectors[start : start + WRITE_CHUNK_POINTS]
+                ]
+                await self._client.update_vectors(collection, points=batch, wait=True)
+
+    async def delete(self, collection: str, point_ids: Sequence[str]) -> None:
+        with _errors("delete points", collection):
+            selector = models.PointIdsList(points=list(point_ids))
+            await self._client.delete(collection, points_selector=selector, wait=True)
+
+    async def delete_by_filter(self, collection: str, filter: Filter) -> None:
+        with _errors("delete points by filter", collection):
+            selector = models.FilterSelector(filter=_qdrant_filter(filter))
+            await self._client.delete(collection, points_selector=selector, wait=True)
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    async def retrieve(self, collection: str, point_ids: Sequence[str], *, with_vectors: bool = False) -> list[PointRecord]:
+        with _errors("retrieve points", collection):
+            records = await self._client.retrieve(
+                collection, ids=list(point_ids), with_payload=True, with_vectors=with_vectors
+            )
+        return [_record_out(r) for r in records]
+
+    async def scroll(
+        self,
+        collection: str,
+        filter: Filter | None = None,
+        *,
+        limit: int = 256,
+        offset: str | None = None,
+        with_vectors: bool = False,
+    ) -> tuple[list[PointRecord], str | None]:
+        with _errors("scroll points", collection):
+            records, next_offset = await self._client.scroll(
+                collection,
+                scroll_filter=_optional_filter(filter),
+                limit=limit,
+                offset=offset,
+                with_payload=True,
+                with_vectors=with_vectors,
+            )
+        return [_record_out(r) for r in records], (None if next_offset is None else str(next_offset))
+
+    async def count(self, collection: str, filter: Filter | None = None) -> int:
+        with _errors("count points", collection):
+            result = await self._client.count(collection, count_filter=_optional_filter(filter), exact=True)
+        return result.count
+
+    async def search_dense(
+        self, collection: str, vector_name: str, vector: Sequence[float], filter: Filter | None = None, *, limit: int = 10
+    ) -> list[Hit]:
+        with _errors("search dense vectors", collection):
+            response = await self._client.query_points(
+                collection,
+                query=_floats(vector),
+                using=vector_name,
+                query_filter=_optional_filter(filter),
+                limit=limit,
+                with_payload=True,
+            )
+        return _hits(response.points)
+
+    async def search_text(self, collection: str, query_terms: str, filter: Filter | None = None, *, limit: int = 10) -> list[Hit]:
+        if not query_terms.split():
+            return []
+        text_field = await self._text_field(collection)
+        with _errors("search text", collection):
+            response = await self._client.query_points(
+                collection,
+                query=models.TextQuery(text=query_terms),
+                using=text_field,
+                query_filter=_optional_filter(filter),
+                limit=limit,
+                with_payload=True,
+            )
+        return _hits(response.points)
+
+    async def search_hybrid(
+        self,
+        collection: str,
+        vector_name: str,
+        vector: Sequence[float],
+        query_terms: str,
+        filter: Filter | None = None,
+        *,
+        limit: int = 10,
+        prefetch_limit: int = 50,
+        rrf_k: int = 60,
+    ) -> list[Hit]:
+        qdrant_filter = _optional_filter(filter)
+        # The filter goes on each prefetch: each side must pick its top-K among allowed points.
+        prefetch = [
+            models.Prefetch(query=_floats(vector), using=vector_name, filter=qdrant_filter, limit=prefetch_limit)
+        ]
+        if query_terms.split():
+            text_field = await self._text_field(collection)
+            prefetch.append(
+                models.Prefetch(
+                    query=models.TextQuery(text=query_terms), using=text_field, filter=qdrant_filter, limit=prefetch_limit
+                )
+            )
+        with _errors("search hybrid", collection):
+            response = await self._client.query_points(
+                collection,
+                prefetch=prefetch,
+                query=models.RrfQuery(rrf=models.Rrf(k=rrf_k)),
+                query_filter=qdrant_filter,
+                limit=limit,
+                with_payload=True,
+            )
+        return _hits(response.points)
+
+    async def flush(self) -> None:
+        """Nothing to do: every write waited until the server applied it (its WAL is durable)."""
+
+    async def close(self) -> None:
+        with _errors("close the client", "*"):
+            await self._client.close()
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _payload_indexes(self, spec: CollectionSpec) -> list[tuple[str, Any]]:
+        indexes: list[tuple[str, Any]] = [(spec.text_field, _TEXT_INDEX)]
+        if self._local:
+            return indexes  # local mode warns on, and ignores, every other index
+        indexes.append(
+            (spec.tenant_field, models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True))
+        )
+        indexes += [(name, models.PayloadSchemaType.KEYWORD) for name in spec.keyword_fields]
+        indexes += [
+            (name, models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True))
+            for name in spec.integer_fields
+        ]
+        indexes += [(name, models.PayloadSchemaType.BOOL) for name in spec.bool_fields]
+        return indexes
+
+    async def _add_vector(self, collection: str, vector: VectorSpec, existing: Mapping[str, int]) -> None:
+        known = existing.get(vector.name)
+        if known is not None:
+            if known != vector.size:
+                raise StoreError(
+                    f"collection {collection!r} already has vector {vector.name!r} of size {known}, not {vector.size}"
+                )
+            return
+        config = models.DenseVectorNameConfig(
+            dense=models.DenseVectorConfig(size=vector.size, distance=models.Distance.COSINE)
+        )
+        try:
+            await self._client.create_vector_name(collection, vector.name, config, wait=True)
+        except Exception as exc:
+            raise StoreError(
+                f"could not add vector {vector.name!r} to collection {collection!r}: {exc}. Adding a named vector "
+                "to an existing collection needs a Qdrant server with PUT /collections/{collection}/vectors/{vector}; "
+                "upgrade the server, or recreate the collection with the vector"
+            ) from exc
+        logger.info("qdrant vector added", extra={"collection": collection, "vector": vector.name})
+
+    async def _text_field(self, collection: str) -> str:
+        """The BM25 field: known from ensure_collection, else found in the server's payload schema."""
+        known = self._text_fields.get(collection)
+        if known is not None:
+            return known
+        with _errors("read the collection", collection):
+            info = await self._client.get_collection(collection)
+        for field_name, index in info.payload_schema.items():
+            params = index.params
+            if isinstance(params, models.TextIndexParams) and params.scoring:
+                self._text_fields[collection] = field_name
+                return field_name
+        raise StoreError(f"collection {collection!r} has no text index with scoring; call ensure_collection first")
+
+
+@contextmanager
+def _errors(what: str, collection: str) -> Iterator[None]:
+    """Turn any client failure (HTTP, gRPC, timeouts, local-mode ValueError/KeyError) into StoreError."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"qdrant-client could not {what} in collection {collection!r}: {exc!r}") from exc
+
+
+def _vector_sizes(info: models.CollectionInfo) -> dict[str, int]:
+    vectors = info.config.params.vectors
+    if isinstance(vectors, Mapping):
+        return {name: params.size for name, params in vectors.items()}
+    if isinstance(vectors, models.VectorParams):  # an unnamed default vector: not ours, but report it
+        return {"": vectors.size}
+    return {}
+
+
+def _floats(vector: Sequence[float]) -> list[float]:
+    tolist = getattr(vector, "tolist", None)  # numpy arrays convert in C
+    return [float(x) for x in vector] if tolist is None else list(tolist())
+
+
+def _vectors_in(vectors: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    return {name: _floats(values) for name, values in vectors.items()}
+
+
+def _record_out(record: models.Record) -> PointRecord:
+    vectors: dict[str, list[float]] = {}
+    if isinstance(record.vector, Mapping):
+        vectors = {
+            name: list(cast(list[float], values)) for name, values in record.vector.items() if isinstance(values, list)
+        }
+    return PointRecord(id=str(record.id), payload=dict(record.payload or {}), vectors=vectors)
+
+
+def _hits(points: Sequence[models.ScoredPoint]) -> list[Hit]:
+    return [Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {})) for p in points]
+
+
+def _optional_filter(flt: Filter | None) -> models.Filter | None:
+    return None if flt is None else _qdrant_filter(flt)
+
+
+def _qdrant_filter(flt: Filter) -> models.Filter:
+    # Empty lists become None: an empty `should` must not mean "match nothing".
+    return models.Filter(
+        must=[_qdrant_condition(c) for c in flt.must] or None,
+        should=[_qdrant_condition(c) for c in flt.should] or None,
+        must_not=[_qdrant_condition(c) for c in flt.must_not] or None,
+    )
+
+
+def _qdrant_condition(cond: Condition) -> Any:
+    if isinstance(cond, Match):
+        return models.FieldCondition(key=cond.field, match=models.MatchValue(value=cond.value))
+    if isinstance(cond, MatchAny):
+        return models.FieldCondition(key=cond.field, match=models.MatchAny(any=cast(list[str] | list[int], list(cond.values))))
+    if isinstance(cond, Range):
+        return models.FieldCondition(
+            key=cond.field, range=models.Range(gte=cond.gte, gt=cond.gt, lte=cond.lte, lt=cond.lt)
+        )
+    if isinstance(cond, HasVector):
+        return models.HasVectorCondition(has_vector=cond.vector)
+    if isinstance(cond, Filter):
+        return _qdrant_filter(cond)
+    raise StoreError(f"unsupported filter condition {cond!r}")
+
+
+__all__ = ["QdrantClientStore"]

@@ -1,0 +1,132 @@
+"""The service's error hierarchy and the one table that maps each error to an HTTP status.
+
+    AgentSearchError                    500  internal   (never raised on purpose for input)
+    ├── BadRequest                      400  bad_request
+    │   ├── InvalidJSON                 400  invalid_json
+    │   ├── ValidationError             400  validation_error   (wrong type, unknown field, range)
+    │   ├── InvalidEntityRef            400  invalid_entity
+    │   ├── UnknownDomain               400  unknown_domain
+    │   ├── InvalidRegex                400  invalid_regex
+    │   └── PathOutsideWorkspace        400  path_outside_workspace
+    ├── Unauthorized                    401  unauthorized
+    ├── Forbidden                       403  forbidden
+    ├── NotFound                        404  not_found
+    │   └── FragmentNotFound            404  fragment_not_found  (entity heading/line/file fragment)
+    ├── Conflict                        409  conflict
+    ├── PayloadTooLarge                 413  payload_too_large
+    ├── RateLimited                     429  rate_limited
+    ├── DeadlineExceeded                504  deadline_exceeded
+    └── Unavailable                     503  unavailable        (a dependency is down)
+
+Every error renders as ``{"error": {"code": ..., "message": ...}}`` plus optional ``details``.
+Messages say what to fix; they never name another tenant's data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+
+class AgentSearchError(Exception):
+    """Base of every error the service answers with; ``status`` and ``code`` pick the response."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = dict(details or {})
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
+
+
+class BadRequest(AgentSearchError):
+    status = 400
+    code = "bad_request"
+
+
+class InvalidJSON(BadRequest):
+    code = "invalid_json"
+
+
+class ValidationError(BadRequest):
+    code = "validation_error"
+
+
+class InvalidEntityRef(BadRequest):
+    code = "invalid_entity"
+
+
+class UnknownDomain(BadRequest):
+    code = "unknown_domain"
+
+
+class InvalidRegex(BadRequest):
+    code = "invalid_regex"
+
+
+class PathOutsideWorkspace(BadRequest):
+    code = "path_outside_workspace"
+
+
+class Unauthorized(AgentSearchError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(AgentSearchError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(AgentSearchError):
+    status = 404
+    code = "not_found"
+
+
+class FragmentNotFound(NotFound):
+    """An entity exists but the heading, line or file named after its ``#`` does not."""
+
+    code = "fragment_not_found"
+
+
+class Conflict(AgentSearchError):
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(AgentSearchError):
+    status = 413
+    code = "payload_too_large"
+
+
+class RateLimited(AgentSearchError):
+    status = 429
+    code = "rate_limited"
+
+
+class DeadlineExceeded(AgentSearchError):
+    status = 504
+    code = "deadline_exceeded"
+
+
+class Unavailable(AgentSearchError):
+    status = 503
+    code = "unavailable"
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid; raised at start, the message names the setting."""

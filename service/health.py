@@ -1,0 +1,85 @@
+"""Operational routes: liveness, readiness (Redis, store, model), Prometheus metrics and the API contract."""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+
+from service.state import ENGINE
+
+REQUESTS = Counter("agentsearch_requests_total", "HTTP requests", ["route", "method", "status"])
+LATENCY = Histogram("agentsearch_request_seconds", "HTTP request latency", ["route"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20))
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Ready when Redis answers and the store counts; reports the model's state too."""
+    engine = request.app[ENGINE]
+    checks: dict[str, Any] = {}
+    try:
+        await engine.redis.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:  # any failure means not ready; the message says which
+        checks["redis"] = f"down: {exc}"
+    try:
+        for index in engine.surfaces.values():
+            await engine.store.count(index.collection)
+        checks["store"] = f"ok ({engine.store.backend})"
+    except Exception as exc:
+        checks["store"] = f"down: {exc}"
+    default = engine.embedders.default
+    checks["model"] = default.state if default is not None else "disabled"
+    ready = checks["redis"] == "ok" and checks["store"].startswith("ok") and checks["model"] in {"ready", "disabled"}
+    return web.Response(
+        body=orjson.dumps({"status": "ready" if ready else "not-ready", "checks": checks}),
+        status=200 if ready else 503,
+        content_type="application/json",
+    )
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def load_contract() -> dict[str, Any]:
+    text = resources.files("service").joinpath("openapi.yaml").read_text()
+    contract: dict[str, Any] = yaml.safe_load(text)
+    return contract
+
+
+@routes.get("/openapi.json")
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.Response(body=orjson.dumps(load_contract()), content_type="application/json")
+
+
+@routes.get("/openapi.yaml")
+async def openapi_yaml(request: web.Request) -> web.Response:
+    return web.Response(text=resources.files("service").joinpath("openapi.yaml").read_text(), content_type="application/yaml")
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    finally:
+        route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+        REQUESTS.labels(route, request.method, str(status)).inc()
+        LATENCY.labels(route).observe(time.perf_counter() - started)

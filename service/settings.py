@@ -1,0 +1,306 @@
+"""Service settings: one frozen dataclass built from the environment and an optional YAML file.
+
+Only the entry points (CLI, worker) read the environment; everything else receives ``Settings``.
+Precedence: explicit overrides (CLI flags) > environment > YAML file (``AGENTSEARCH_CONFIG``) >
+defaults. Every invalid value raises ``SettingsError`` naming the setting and its env variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from service.errors import SettingsError
+
+DEFAULT_MODEL = "local/all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """An OpenAI-compatible embeddings provider (``provider_id/model_id`` names its models)."""
+
+    id: str
+    base_url: str
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service and its workers are configured with. See README's settings table."""
+
+    data_dir: Path = Path("data")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    queue_prefix: str = "agentsearch"
+    qdrant_url: str | None = None
+    qdrant_api_key: str | None = None
+    qdrant_shard_number: int = 2
+    qdrant_replication_factor: int = 2
+    qdrant_write_consistency_factor: int = 1
+    jwt_secret: str | None = None
+    jwt_audience: str | None = None
+    embeddings_model: str | None = DEFAULT_MODEL
+    embeddings_dimensions: int | None = None
+    embeddings_timeout_s: float = 5.0
+    embeddings_batch_size: int = 64
+    query_cache_size: int = 2048
+    providers: tuple[ProviderSettings, ...] = ()
+    allowed_roots: tuple[Path, ...] = ()
+    skip_dirs: tuple[str, ...] = ()
+    prewarm_embeddings: bool = False
+    max_file_bytes: int = 1_000_000
+    semantic_scope_limit: int = 800
+    revalidate_interval_s: float = 10.0
+    request_deadline_s: float = 20.0
+    client_max_size: int = 8 * 1024 * 1024
+    rerank_enabled: bool = False
+    rerank_url: str | None = None
+    rerank_model_dir: Path | None = None
+    rerank_budget_s: float = 4.0
+    worker_in_process: bool | None = None
+    job_timeout_s: float = 120.0
+    worker_health_check_s: float = 30.0
+    sweep_interval_s: int = 60
+    rate_limits_enabled: bool = True
+    log_level: str = "INFO"
+
+    @property
+    def store_kind(self) -> str:
+        """``qdrant`` when a server URL is configured, else the embedded ``edge`` default."""
+        return "qdrant" if self.qdrant_url else "edge"
+
+    @property
+    def runs_worker_in_process(self) -> bool:
+        """The embedded default runs the arq worker inside the service (the edge shard is single-process)."""
+        if self.worker_in_process is not None:
+            return self.worker_in_process
+        return self.store_kind == "edge"
+
+    def provider(self, provider_id: str) -> ProviderSettings | None:
+        return next((p for p in self.providers if p.id == provider_id), None)
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A validated copy with some fields replaced (CLI flags)."""
+        return validate(replace(self, **{k: v for k, v in overrides.items() if v is not None}))
+
+
+# ---- environment -------------------------------------------------------------------------------
+
+ENV_PREFIX = "AGENTSEARCH_"
+# Settings whose env name is not AGENTSEARCH_<FIELD>: the conventional names of their ecosystems.
+_ENV_NAMES = {"redis_url": "REDIS_URL", "qdrant_url": "QDRANT_URL", "qdrant_api_key": "QDRANT_API_KEY"}
+
+
+def env_name(name: str) -> str:
+    """The environment variable of setting ``name``."""
+    return _ENV_NAMES.get(name, ENV_PREFIX + name.upper())
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _parse_optional_bool(text: str) -> bool | None:
+    return None if text.strip().lower() in {"", "auto"} else _parse_bool(text)
+
+
+def _parse_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.replace(os.pathsep, ",").split(",") if item.strip())
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    return lambda text: None if text.strip().lower() in {"", "none", "off"} else parse(text)
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "data_dir": Path,
+    "port": int,
+    "qdrant_url": _optional(str),
+    "qdrant_api_key": _optional(str),
+    "qdrant_shard_number": int,
+    "qdrant_replication_factor": int,
+    "qdrant_write_consistency_factor": int,
+    "jwt_secret": _optional(str),
+    "jwt_audience": _optional(str),
+    "embeddings_model": _optional(str),
+    "embeddings_dimensions": _optional(int),
+    "embeddings_timeout_s": float,
+    "embeddings_batch_size": int,
+    "query_cache_size": int,
+    "allowed_roots": lambda text: tuple(Path(p) for p in _parse_list(text)),
+    "skip_dirs": _parse_list,
+    "prewarm_embeddings": _parse_bool,
+    "max_file_bytes": int,
+    "semantic_scope_limit": int,
+    "revalidate_interval_s": float,
+    "request_deadline_s": float,
+    "client_max_size": int,
+    "rerank_enabled": _parse_bool,
+    "rerank_url": _optional(str),
+    "rerank_model_dir": _optional(Path),
+    "rerank_budget_s": float,
+    "worker_in_process": _parse_optional_bool,
+    "job_timeout_s": float,
+    "worker_health_check_s": float,
+    "sweep_interval_s": int,
+    "rate_limits_enabled": _parse_bool,
+}
+
+
+def _providers_from_env(environ: Mapping[str, str]) -> tuple[ProviderSettings, ...]:
+    """``AGENTSEARCH_PROVIDER_<ID>_BASE_URL`` (and ``_API_KEY``) define OpenAI-compatible providers."""
+    providers = []
+    for key, value in environ.items():
+        if key.startswith(ENV_PREFIX + "PROVIDER_") and key.endswith("_BASE_URL"):
+            provider_id = key[len(ENV_PREFIX + "PROVIDER_") : -len("_BASE_URL")].lower()
+            api_key = environ.get(f"{ENV_PREFIX}PROVIDER_{provider_id.upper()}_API_KEY")
+            providers.append(ProviderSettings(id=provider_id, base_url=value, api_key=api_key))
+    return tuple(providers)
+
+
+def _providers_from_yaml(raw: Any) -> tuple[ProviderSettings, ...]:
+    if not isinstance(raw, list):
+        raise SettingsError("providers (YAML): expected a list of {id, base_url, api_key}")
+    providers = []
+    for item in raw:
+        if not isinstance(item, dict) or not item.get("id") or not item.get("base_url"):
+            raise SettingsError("providers (YAML): each provider needs an id and a base_url")
+        providers.append(ProviderSettings(id=str(item["id"]), base_url=str(item["base_url"]), api_key=item.get("api_key")))
+    return tuple(providers)
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    parse = _PARSERS.get(name, str)
+    try:
+        return parse(value if isinstance(value, str) else _yaml_scalar(value))
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(f"{name} ({source}): {exc}") from None
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if value is None:
+        return ""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Settings from the YAML file named by ``AGENTSEARCH_CONFIG``, the environment and ``overrides``."""
+    environ = os.environ if environ is None else environ
+    known = {f.name for f in fields(Settings)}
+    values: dict[str, Any] = {}
+    config_path = environ.get(ENV_PREFIX + "CONFIG")
+    if config_path:
+        values.update(_load_yaml(Path(config_path), known))
+    for name in known - {"providers"}:
+        if env_name(name) in environ:
+            values[name] = _coerce(name, environ[env_name(name)], env_name(name))
+    env_providers = _providers_from_env(environ)
+    if env_providers:
+        values["providers"] = tuple(values.get("providers", ())) + env_providers
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return validate(Settings(**values))
+
+
+def _load_yaml(path: Path, known: set[str]) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SettingsError(f"AGENTSEARCH_CONFIG: cannot read {path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SettingsError(f"AGENTSEARCH_CONFIG: {path} must hold a mapping of settings")
+    raw = dict(raw)
+    search = raw.pop("search", None)  # seed 002's `search:` block is accepted as-is
+    if isinstance(search, dict):
+        raw.update(search)
+    unknown = sorted(set(raw) - known - {"version", "index_dir"})
+    if unknown:
+        raise SettingsError(f"AGENTSEARCH_CONFIG: unknown settings {', '.join(unknown)} in {path}")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name == "providers":
+            values[name] = _providers_from_yaml(value)
+        elif name in known:
+            values[name] = _coerce(name, value, f"{path}")
+    return values
+
+
+# ---- validation ----------------------------------------------------------------------------------
+
+
+def validate_model_id(model: str, setting: str) -> None:
+    provider, sep, model_id = model.partition("/")
+    if not sep or not provider or not model_id:
+        raise SettingsError(f"{setting}: {model!r} must have the form provider_id/model_id (e.g. {DEFAULT_MODEL})")
+
+
+def validate(settings: Settings) -> Settings:
+    """Refuse settings that cannot work, naming the setting; returns ``settings`` unchanged."""
+
+    def fail(name: str, message: str) -> None:
+        raise SettingsError(f"{name} ({env_name(name)}): {message}")
+
+    if not 0 < settings.port < 65536:
+        fail("port", f"{settings.port} is not a TCP port (1-65535)")
+    if settings.prewarm_embeddings and not settings.embeddings_model:
+        fail("prewarm_embeddings", "prewarm_embeddings requires embeddings_model to be set")
+    if settings.embeddings_model:
+        validate_model_id(settings.embeddings_model, f"embeddings_model ({env_name('embeddings_model')})")
+        provider = settings.embeddings_model.split("/", 1)[0]
+        if provider != "local" and settings.provider(provider) is None:
+            fail(
+                "embeddings_model",
+                f"provider {provider!r} is not configured; set {ENV_PREFIX}PROVIDER_{provider.upper()}_BASE_URL",
+            )
+    if settings.embeddings_dimensions is not None and not 1 <= settings.embeddings_dimensions <= 8192:
+        fail("embeddings_dimensions", "must be between 1 and 8192")
+    positive = {
+        "embeddings_timeout_s": settings.embeddings_timeout_s,
+        "embeddings_batch_size": settings.embeddings_batch_size,
+        "query_cache_size": settings.query_cache_size,
+        "max_file_bytes": settings.max_file_bytes,
+        "semantic_scope_limit": settings.semantic_scope_limit,
+        "request_deadline_s": settings.request_deadline_s,
+        "client_max_size": settings.client_max_size,
+        "rerank_budget_s": settings.rerank_budget_s,
+        "job_timeout_s": settings.job_timeout_s,
+        "worker_health_check_s": settings.worker_health_check_s,
+        "sweep_interval_s": settings.sweep_interval_s,
+        "qdrant_shard_number": settings.qdrant_shard_number,
+        "qdrant_replication_factor": settings.qdrant_replication_factor,
+        "qdrant_write_consistency_factor": settings.qdrant_write_consistency_factor,
+    }
+    for name, value in positive.items():
+        if value <= 0:
+            fail(name, f"must be greater than 0, got {value}")
+    if settings.revalidate_interval_s < 0:
+        fail("revalidate_interval_s", "must not be negative")
+    if not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        fail("redis_url", f"{settings.redis_url!r} is not a redis:// URL")
+    if settings.qdrant_url and not settings.qdrant_url.startswith(("http://", "https://")):
+        fail("qdrant_url", f"{settings.qdrant_url!r} is not an http(s):// URL")
+    if settings.qdrant_url and not settings.jwt_secret:
+        fail("jwt_secret", "is required with QDRANT_URL: every front end must verify tokens with the same secret")
+    if settings.rerank_enabled and not (settings.rerank_url or settings.rerank_model_dir):
+        fail("rerank_enabled", "needs rerank_url or rerank_model_dir")
+    if settings.rerank_model_dir is not None and not settings.rerank_model_dir.is_dir():
+        fail("rerank_model_dir", f"{settings.rerank_model_dir} is not a directory")
+    if settings.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        fail("log_level", "must be DEBUG, INFO, WARNING or ERROR")
+    for root in settings.allowed_roots:
+        if not root.is_dir():
+            fail("allowed_roots", f"{root} is not a directory")
+    return settings
+

@@ -1,0 +1,138 @@
+"""Request validation: reading JSON bodies and typed fields with errors that say what to fix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from service.errors import InvalidJSON, PayloadTooLarge, ValidationError
+
+_MISSING = object()
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request's JSON body; 400 for malformed JSON or a wrong content type, 413 when too big."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise PayloadTooLarge(f"request body is too large ({exc.text}); send less per request") from None
+    if not raw:
+        raise InvalidJSON("request body is empty; send a JSON object")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
+
+
+class Fields:
+    """Typed access to one JSON object's fields; every accessor raises ``ValidationError``."""
+
+    def __init__(self, data: Any, where: str = "body") -> None:
+        if not isinstance(data, Mapping):
+            raise ValidationError(f"{where} must be a JSON object, got {_type_name(data)}")
+        self.data: Mapping[str, Any] = data
+        self.where = where
+        self._seen: set[str] = set()
+
+    def _get(self, name: str, required: bool) -> Any:
+        self._seen.add(name)
+        value = self.data.get(name, _MISSING)
+        if value is _MISSING or value is None:
+            if required:
+                raise ValidationError(f"{self._path(name)} is required")
+            return _MISSING
+        return value
+
+    def _path(self, name: str) -> str:
+        return name if self.where == "body" else f"{self.where}.{name}"
+
+    def str(self, name: str, *, required: bool = False, default: Any = None, max_length: int = 10_000, non_empty: bool = False) -> Any:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, str):
+            raise ValidationError(f"{self._path(name)} must be a string, got {_type_name(value)}")
+        if len(value) > max_length:
+            raise ValidationError(f"{self._path(name)} is {len(value)} characters; the limit is {max_length}")
+        if non_empty and not value.strip():
+            raise ValidationError(f"{self._path(name)} must not be empty")
+        return value
+
+    def int(self, name: str, *, default: Any = None, minimum: int | None = None, maximum: int | None = None, required: bool = False) -> Any:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValidationError(f"{self._path(name)} must be an integer, got {_type_name(value)}")
+        if minimum is not None and value < minimum or maximum is not None and value > maximum:
+            raise ValidationError(f"{self._path(name)} must be between {minimum} and {maximum}, got {value}")
+        return value
+
+    def number(self, name: str, *, default: Any = None, minimum: float | None = None, maximum: float | None = None) -> Any:
+        value = self._get(name, False)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValidationError(f"{self._path(name)} must be a number, got {_type_name(value)}")
+        if minimum is not None and value < minimum or maximum is not None and value > maximum:
+            raise ValidationError(f"{self._path(name)} must be between {minimum} and {maximum}, got {value}")
+        return float(value)
+
+    def bool(self, name: str, *, default: bool = False) -> bool:
+        value = self._get(name, False)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, bool):
+            raise ValidationError(f"{self._path(name)} must be true or false, got {_type_name(value)}")
+        return value
+
+    def str_list(self, name: str, *, default: Any = (), max_items: int = 1000, max_length: int = 1000) -> Any:
+        value = self._get(name, False)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValidationError(f"{self._path(name)} must be a list of strings")
+        if len(value) > max_items:
+            raise ValidationError(f"{self._path(name)} has {len(value)} items; the limit is {max_items}")
+        if any(len(v) > max_length for v in value):
+            raise ValidationError(f"{self._path(name)} items must be at most {max_length} characters")
+        return tuple(value)
+
+    def list(self, name: str, *, required: bool = False, max_items: int = 10_000) -> Any:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return []
+        if not isinstance(value, list):
+            raise ValidationError(f"{self._path(name)} must be a list, got {_type_name(value)}")
+        if len(value) > max_items:
+            raise ValidationError(f"{self._path(name)} has {len(value)} items; the limit is {max_items}")
+        return value
+
+    def obj(self, name: str, *, required: bool = False) -> Fields | None:
+        value = self._get(name, required)
+        if value is _MISSING:
+            return None
+        return Fields(value, self._path(name))
+
+    def raw(self, name: str) -> Any:
+        value = self._get(name, False)
+        return None if value is _MISSING else value
+
+    def reject_unknown(self, allowed: set[str] | None = None) -> None:
+        """400 naming the unknown fields and the allowed ones."""
+        known = self._seen if allowed is None else allowed
+        unknown = sorted(set(self.data) - known)
+        if unknown:
+            raise ValidationError(
+                f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} in {self.where}; "
+                f"allowed: {', '.join(sorted(known))}"
+            )
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )

@@ -1,0 +1,285 @@
+"""The trigram prefilter: index lifecycle, literal and regex candidates, soundness, matching."""
+
+from __future__ import annotations
+
+import re
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.code.chunker import chunk_file
+from service.code.trigram import (
+    AllOf,
+    AnyOf,
+    IndexLocked,
+    RegexTimeout,
+    Requirement,
+    TrigramIndex,
+    find_line_matches,
+    regex_compile,
+    required_literals,
+    trigrams,
+)
+
+DOCS = {
+    "a#1": ("src/a.py", "def getUserById(user_id):\n    return db.fetch(user_id)\n"),
+    "a#2": ("src/a.py", "class UserRepository:\n    pass\n"),
+    "b#1": ("src/b.go", "func ParseConfig(path string) (*Config, error) {\n\treturn nil, nil\n}\n"),
+    "c#1": ("docs/readme.md", "Colour and color are both spelled here. naïve café\n"),
+    "d#1": ("src/d.rs", "fn kullanıcı() -> Straße { todo!() }\n"),
+}
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> TrigramIndex:
+    opened = TrigramIndex.open(tmp_path / "trigram")
+    opened.add((chunk_id, path, text) for chunk_id, (path, text) in DOCS.items())
+    opened.commit()
+    yield opened
+    opened.close()
+
+
+def test_literal_candidates_are_case_insensitive(index: TrigramIndex) -> None:
+    assert sorted(index.candidates_literal("getuserbyid", 10) or []) == ["a#1"]
+    assert sorted(index.candidates_literal("USER", 10) or []) == ["a#1", "a#2"]
+    assert index.candidates_literal("nothing like this", 10) == []
+
+
+def test_short_literals_cannot_be_prefiltered(index: TrigramIndex) -> None:
+    assert index.candidates_literal("db", 10) is None
+    assert index.candidates_literal("", 10) is None
+
+
+def test_literal_candidates_respect_the_limit(index: TrigramIndex) -> None:
+    assert len(index.candidates_literal("user", 1) or []) == 1
+
+
+def test_folding_keeps_unicode_case_equivalents_together(index: TrigramIndex) -> None:
+    # re.IGNORECASE matches "kullanici" in "kullanıcı" (ı ~ i): the prefilter must not lose it.
+    assert re.search("kullanici", DOCS["d#1"][1], re.IGNORECASE)
+    assert index.candidates_literal("kullanici", 10) == ["d#1"]
+    assert index.candidates_literal("CAFÉ", 10) == ["c#1"]
+
+
+def test_regex_candidates(index: TrigramIndex) -> None:
+    assert sorted(index.candidates_regex(r"colou?r", 10) or []) == ["c#1"]
+    assert sorted(index.candidates_regex(r"func \w+\(path", 10) or []) == ["b#1"]
+    assert sorted(index.candidates_regex(r"(Parse|get)(Config|User)", 10) or []) == ["a#1", "b#1"]
+    assert index.candidates_regex(r"\w+", 10) is None
+    assert index.candidates_regex(r"ab|c", 10) is None
+
+
+def test_deleted_paths_leave_the_index(index: TrigramIndex) -> None:
+    index.delete_paths(["src/a.py"])
+    assert sorted(index.candidates_literal("user", 10) or []) == ["a#1", "a#2"]  # not committed yet
+
+    index.commit()
+
+    assert index.candidates_literal("user", 10) == []
+    assert index.num_docs == 3
+
+
+def test_a_second_writer_is_refused_and_the_index_reopens(tmp_path: Path) -> None:
+    directory = tmp_path / "trigram"
+    first = TrigramIndex.open(directory)
+    first.add([("x#1", "x.py", "hello world")])
+    first.commit()
+    with pytest.raises(IndexLocked):
+        TrigramIndex.open(directory)
+    first.close()
+
+    with TrigramIndex.open(directory) as reopened:
+        assert reopened.candidates_literal("hello", 10) == ["x#1"]
+
+
+def test_an_index_with_another_schema_is_rebuilt(tmp_path: Path) -> None:
+    import tantivy
+
+    directory = tmp_path / "trigram"
+    directory.mkdir()
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("other", stored=True)
+    stale = tantivy.Index(builder.build(), path=str(directory))
+    writer = stale.writer(heap_size=15_000_000, num_threads=1)
+    writer.add_document(tantivy.Document(other=["x"]))
+    writer.commit()
+    del writer, stale
+
+    with TrigramIndex.open(directory) as rebuilt:
+        assert rebuilt.num_docs == 0
+        rebuilt.add([("y#1", "y.py", "fresh text")])
+        rebuilt.commit()
+        assert rebuilt.candidates_literal("fresh", 10) == ["y#1"]
+
+
+def test_a_closed_index_refuses_writes(tmp_path: Path) -> None:
+    opened = TrigramIndex.open(tmp_path / "trigram")
+    opened.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        opened.add([("x", "x", "x")])
+
+
+# --- literal extraction ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("foo", "foo"),
+        ("fo", None),
+        (r"foo\w+bar", AllOf(("foo", "bar"))),
+        ("colou?r", AnyOf(("color", "colour"))),
+        ("(foo|bar)baz", AnyOf(("barbaz", "foobaz"))),
+        ("(?i)HeLLo", "hello"),
+        (r"^import (os|sys)$", AnyOf(("import os", "import sys"))),
+        (r"\d+", None),
+        ("a.*b", None),
+        ("x|yz", None),
+        ("(ab){3}", "ababab"),
+        ("[[:alpha:]]abc", None),  # regex reads a POSIX class where re reads a set: no prefilter
+        ("abc{e<=1}", None),  # fuzzy matching in regex, literal text in re
+        ("(unclosed", None),
+    ],
+)
+def test_required_literals(pattern: str, expected: Requirement | None) -> None:
+    assert required_literals(pattern) == expected
+
+
+def satisfies(requirement: Requirement | None, text: str) -> bool:
+    """Whether a text meets a requirement the way the index judges it: by trigrams."""
+    if requirement is None:
+        return True
+    if isinstance(requirement, str):
+        return set(trigrams(requirement)) <= set(trigrams(text))
+    results = [satisfies(part, text) for part in requirement.parts]
+    return all(results) if isinstance(requirement, AllOf) else any(results)
+
+
+ATOMS = st.sampled_from(
+    ["a", "b", "c", "ab", "abc", "A", "S", "k", "ı", ".", r"\w", "[ab]", "[a-c]", "[^a]", "(?:x|yz)"]
+)
+
+
+def regexes() -> st.SearchStrategy[str]:
+    def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.lists(inner, min_size=2, max_size=4).map("".join),
+            st.tuples(inner, inner).map(lambda pair: f"(?:{pair[0]}|{pair[1]})"),
+            st.tuples(inner, st.sampled_from(["?", "*", "+", "{2}", "{1,3}", "{0,2}", "+?"])).map(
+                lambda p: f"(?:{p[0]}){p[1]}"
+            ),
+            st.tuples(inner, inner, st.sampled_from(["?", "*", "{0,2}"])).map(lambda p: f"{p[0]}(?:{p[1]}){p[2]}"),
+            inner.map(lambda body: f"({body})"),
+        )
+
+    return st.recursive(ATOMS, extend, max_leaves=8)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data(), pattern=regexes(), ignore_case=st.booleans())
+def test_every_match_meets_the_required_literals(data: st.DataObject, pattern: str, ignore_case: bool) -> None:
+    compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    requirement = required_literals(pattern, ignore_case=ignore_case)
+    for _ in range(4):  # several matches per pattern: the short ones break unsound extractions
+        matched = data.draw(st.from_regex(compiled, fullmatch=True))
+        context = data.draw(st.text(alphabet="abcxyz \n", max_size=5))
+        assert satisfies(requirement, context + matched), (pattern, matched, requirement)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "match"),
+    [
+        ("x(?:ab)+c", "xababc"),
+        ("(?:abc)*d", "d"),
+        ("a(?:bc){0,2}d", "ad"),
+        ("(?:foo|)bar", "bar"),
+        ("ab(?:cd)?ef", "abef"),
+        ("[ab]{2}cd", "bacd"),
+        ("(?i)kullanici", "KULLANıCı"),
+        ("(?i)ſtring", "STRING"),
+        ("a(?=bcd)bcd", "abcd"),
+        ("(?:abc){2,}", "abcabcabc"),
+    ],
+)
+def test_tricky_matches_meet_the_required_literals(pattern: str, match: str) -> None:
+    assert re.fullmatch(pattern, match)
+    assert satisfies(required_literals(pattern), match)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    word=st.text(alphabet="abcABCsSıſkK", min_size=3, max_size=6),
+    haystack=st.text(alphabet="abcABCsSıſkK x", max_size=30),
+)
+def test_ignore_case_matches_always_share_trigrams(word: str, haystack: str) -> None:
+    if re.search(re.escape(word), haystack, re.IGNORECASE):
+        assert satisfies(required_literals(re.escape(word), ignore_case=True), haystack)
+
+
+def test_candidates_cover_every_real_match(tmp_path: Path) -> None:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    chunks = [
+        c
+        for name in ("argparse.py", "json/decoder.py", "socket.py")
+        for c in chunk_file(name, (stdlib / name).read_text())
+    ]
+    texts = {f"{c.path}#{c.start_line}": c.text for c in chunks}
+    with TrigramIndex.open(tmp_path / "trigram") as index:
+        index.add((chunk_id, chunk_id.split("#")[0], text) for chunk_id, text in texts.items())
+        index.commit()
+        for pattern in [
+            r"def \w+_action",
+            r"(getaddrinfo|gethostbyname)",
+            r"raise \w+Error\(",
+            r"JSONDecodeError",
+            r"self\.(_\w+)",
+        ]:
+            candidates = index.candidates_regex(pattern, 100_000)
+            assert candidates is not None
+            compiled = re.compile(pattern, re.IGNORECASE)
+            truth = {chunk_id for chunk_id, text in texts.items() if compiled.search(text)}
+            assert truth, pattern
+            assert truth <= set(candidates), pattern
+            assert len(candidates) < len(texts), pattern
+
+
+# --- compiling and matching ----------------------------------------------------------------------
+
+
+def test_invalid_patterns_raise_value_error_with_position() -> None:
+    with pytest.raises(ValueError, match=r"position 2: missing \), unterminated subpattern"):
+        regex_compile("ab(c")
+    with pytest.raises(ValueError, match="bad escape"):
+        regex_compile(r"\p{L}")  # valid for the regex module, not for re: the documented syntax is re's
+
+
+def test_line_matches_give_line_numbers_and_texts() -> None:
+    text = "import os\ndef first():\n    pass\n\ndef second(): return first()\nDEF third"
+    pattern = regex_compile(r"^def (\w+)")
+
+    assert find_line_matches(pattern, text, 10, 1.0) == [(2, "def first():"), (5, "def second(): return first()")]
+    assert find_line_matches(regex_compile("first"), text, 10, 1.0) == [
+        (2, "def first():"),
+        (5, "def second(): return first()"),
+    ]
+    assert find_line_matches(regex_compile("def", ignore_case=True), text, 2, 1.0) == [
+        (2, "def first():"),
+        (5, "def second(): return first()"),
+    ]
+    assert find_line_matches(regex_compile("absent"), text, 10, 1.0) == []
+
+
+def test_catastrophic_backtracking_is_bounded() -> None:
+    pattern = regex_compile(r"(x+x+)+y")
+    text = "ok line\n" + "x" * 5_000
+
+    started = time.monotonic()
+    with pytest.raises(RegexTimeout) as raised:
+        find_line_matches(pattern, text, 10, 0.2)
+
+    assert time.monotonic() - started < 2.0
+    assert raised.value.partial == []

@@ -1,0 +1,48 @@
+"""The arq jobs: thin wrappers that call the engine and turn transient failures into retries."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from arq import Retry
+
+from service.engine.embeddings import EmbeddingUnavailable
+from service.engine.refresh import embed_records, sweep
+from service.engine.runtime import Engine
+from service.engine.store import StoreError
+
+log = logging.getLogger(__name__)
+
+
+def _engine(ctx: dict[str, Any]) -> Engine:
+    engine: Engine = ctx["engine"]
+    return engine
+
+
+def _backoff_s(ctx: dict[str, Any]) -> int:
+    return min(5 * 2 ** (int(ctx.get("job_try", 1)) - 1), 120)
+
+
+async def embed_records_job(ctx: dict[str, Any], collection: str, items: list[list[str]]) -> dict[str, int]:
+    """Embed the records (key, content hash) of ``collection`` whose hash is still current."""
+    try:
+        outcome = await embed_records(_engine(ctx), collection, [(key, content_hash) for key, content_hash in items])
+    except (EmbeddingUnavailable, StoreError) as exc:
+        log.warning("embed job will retry", extra={"collection": collection, "error": str(exc), "try": ctx.get("job_try")})
+        raise Retry(defer=_backoff_s(ctx)) from exc
+    return outcome.as_dict()
+
+
+async def sweep_job(ctx: dict[str, Any]) -> dict[str, int]:
+    """Re-enqueue every record whose embedding is missing or stale."""
+    return await sweep(_engine(ctx))
+
+
+def job_table() -> dict[str, tuple[Any, bool]]:
+    """Every job by name: (coroutine, runs on the fast queue). Surfaces contribute theirs."""
+    from service.surfaces import surface_jobs
+
+    table: dict[str, tuple[Any, bool]] = {"embed_records": (embed_records_job, False), "sweep": (sweep_job, True)}
+    table.update(surface_jobs())
+    return table

@@ -33,9 +33,10 @@ async def redis_prefix() -> AsyncIterator[str]:
     yield prefix
     client = aioredis.from_url(REDIS_URL)
     try:
-        async for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            await client.delete(key)
-        # arq keeps job and result keys outside the queue name: arq:job:<id>, arq:result:<id>.
+        # arq keeps job keys outside the queue name (arq:job:<id>, ...); our job ids start with the prefix.
+        for pattern in (f"{prefix}*", f"arq:*:{prefix}*"):
+            async for key in client.scan_iter(match=pattern, count=1000):
+                await client.delete(key)
     finally:
         await client.aclose()
 

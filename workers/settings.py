@@ -14,6 +14,7 @@ from typing import Any
 from arq import Worker, cron
 from arq.worker import func
 
+from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.queue import deserialize, serialize
 from service.engine.runtime import Engine, create_redis_client
 from workers.jobs import job_table
@@ -30,6 +31,17 @@ def _functions(fast: bool, timeout_s: float) -> list[Any]:
         for name, (coroutine, on_fast_queue) in sorted(job_table().items())
         if on_fast_queue is fast
     ]
+
+
+async def _load_default_model(ctx: dict[str, Any]) -> None:
+    """Load the model before taking jobs: a first job must not spend its timeout loading it."""
+    engine: Engine = ctx["engine"]
+    load = getattr(engine.embedders.default, "load", None)
+    if load is not None:
+        try:
+            await load()
+        except EmbeddingUnavailable as exc:
+            log.warning("worker starts without the default model", extra={"error": str(exc)})
 
 
 def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool = False) -> list[Worker]:
@@ -65,6 +77,7 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         redis_pool=create_redis_client(settings.redis_url),
         functions=_functions(False, settings.job_timeout_s),
         queue_name=engine.queue.names.embed,
+        on_startup=_load_default_model,
         max_jobs=1,
         **common,
     )

@@ -21,8 +21,17 @@ from redis.exceptions import RedisError
 log = logging.getLogger(__name__)
 
 
+def _json_fallback(value: Any) -> Any:
+    """Job results may hold an exception (a failed job) or a tuple: keep their text, never pickle."""
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}: {value}"
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return repr(value)
+
+
 def serialize(obj: dict[str, Any]) -> bytes:
-    return orjson.dumps(obj)
+    return orjson.dumps(obj, default=_json_fallback)
 
 
 def deserialize(data: bytes) -> dict[str, Any]:
@@ -67,13 +76,17 @@ async def create_redis(url: str) -> ArqRedis:
     )
 
 
-def batch_job_id(surface: str, items: Sequence[tuple[str, str]]) -> str:
-    """``embed:{surface}:{key}:{hash}`` for one record, or a digest of every (key, hash) for a batch."""
+def batch_job_id(prefix: str, surface: str, items: Sequence[tuple[str, str]]) -> str:
+    """``{prefix}:embed:{surface}:{key}:{hash}`` for one record, or a digest of every (key, hash) for a batch.
+
+    arq keeps job keys outside any queue (``arq:job:<id>``), so the deployment's prefix is part of the
+    id: two deployments (or test runs) on one Redis never drop each other's jobs as duplicates.
+    """
     if len(items) == 1:
         key, content_hash = items[0]
-        return f"embed:{surface}:{key}:{content_hash}"
+        return f"{prefix}:embed:{surface}:{key}:{content_hash}"
     digest = hashlib.sha256("\n".join(f"{k}\x00{h}" for k, h in sorted(items)).encode()).hexdigest()[:32]
-    return f"embed:{surface}:batch:{digest}"
+    return f"{prefix}:embed:{surface}:batch:{digest}"
 
 
 class JobQueue:
@@ -96,4 +109,4 @@ class JobQueue:
         """Queue embedding of ``items`` (record key, content hash) of ``collection``."""
         if not items:
             return None
-        return await self.enqueue("embed_records", collection, [list(item) for item in items], job_id=batch_job_id(surface, items))
+        return await self.enqueue("embed_records", collection, [list(item) for item in items], job_id=batch_job_id(self.names.prefix, surface, items))

@@ -12,6 +12,7 @@ sweeper re-enqueues every ``pending`` record, so a lost enqueue only delays embe
 from __future__ import annotations
 
 import hashlib
+import time
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 PENDING = "pending"
 DONE = "done"
 BASE_KEYWORD_FIELDS = ("tenant", "kind", "key", "embed_state", "embed_model")
+BASE_INTEGER_FIELDS = ("pending_since",)
 # Records upserted per store call: bounds memory and keeps the event loop responsive.
 WRITE_BATCH = 512
 # Records per embed job: large enough to batch the model, small enough to retry cheaply.
@@ -36,7 +38,8 @@ EMBED_JOB_SIZE = 128
 def collection_spec(name: str, keyword_fields: Sequence[str] = (), integer_fields: Sequence[str] = (), bool_fields: Sequence[str] = ()) -> CollectionSpec:
     """A surface collection: the base record fields plus the surface's own indexed fields."""
     keywords = tuple(dict.fromkeys((*BASE_KEYWORD_FIELDS, *keyword_fields)))
-    return CollectionSpec(name=name, keyword_fields=keywords, integer_fields=tuple(integer_fields), bool_fields=tuple(bool_fields))
+    integers = tuple(dict.fromkeys((*BASE_INTEGER_FIELDS, *integer_fields)))
+    return CollectionSpec(name=name, keyword_fields=keywords, integer_fields=integers, bool_fields=tuple(bool_fields))
 
 
 def content_hash(embed_text: str, embed_model: str | None) -> str:
@@ -131,6 +134,10 @@ class RecordIndex:
             content_hash=new_hash,
             embed_state=DONE if embedded_hash == new_hash else PENDING,
         )
+        if payload["embed_state"] == PENDING:
+            # When it went pending: the sweeper leaves young pending records to the jobs already queued.
+            unchanged = old is not None and old.get("content_hash") == new_hash and "pending_since" in old
+            payload["pending_since"] = old["pending_since"] if unchanged and old else int(time.time())
         if record.embed_model:
             payload["embed_model"] = record.embed_model
         if embedded_hash:

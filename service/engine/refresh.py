@@ -7,6 +7,7 @@ while its ``content_hash`` still equals the hash the job was enqueued with.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.records import DONE, EMBED_JOB_SIZE, PENDING, RecordIndex
 from service.engine.runtime import Engine
-from service.engine.store import Filter, Match, VectorSpec
+from service.engine.store import Filter, Match, Range, VectorSpec
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
         embedder = engine.embedders.get(model)
         vectors = await embedder.embed_documents([text for _, _, text in rows])
         vector = VectorSpec(embedder.vector_name, embedder.dimensions)
-        await engine.store.ensure_vector(collection, vector)
+        await engine.ensure_vector(collection, vector)
         embedded += await _write_vectors(index, vector.name, rows, vectors)
     return EmbedOutcome(embedded=embedded, stale=stale, missing=missing)
 
@@ -77,13 +78,20 @@ async def _write_vectors(index: RecordIndex, vector_name: str, rows: list[tuple[
     return written
 
 
-async def sweep(engine: Engine, *, max_records: int = 100_000) -> dict[str, int]:
-    """Re-enqueue every pending record of every surface; returns how many per surface."""
+async def sweep(engine: Engine, *, max_records: int = 100_000, grace_s: float | None = None) -> dict[str, int]:
+    """Re-enqueue every record pending for longer than ``grace_s``; returns how many per surface.
+
+    Young pending records already have a queued job; re-enqueuing them in differently cut batches
+    would embed them twice. The default grace is twice the job timeout, by which time arq has also
+    re-run a job whose worker died.
+    """
+    grace = 2 * engine.settings.job_timeout_s if grace_s is None else grace_s
+    cutoff = int(time.time() - grace)
     enqueued: dict[str, int] = {}
     for surface, index in engine.surfaces.items():
         items: list[tuple[str, str]] = []
         offset: str | None = None
-        pending = Filter(must=(Match("embed_state", PENDING),))
+        pending = Filter(must=(Match("embed_state", PENDING), Range("pending_since", lte=cutoff)))
         while len(items) < max_records:
             page, offset = await engine.store.scroll(index.collection, pending, limit=1024, offset=offset)
             items.extend((str(p.payload["key"]), str(p.payload["content_hash"])) for p in page)

@@ -16,7 +16,7 @@ from service.auth import load_or_create_secret
 from service.engine.embeddings import EmbedderRegistry
 from service.engine.queue import JobQueue, QueueNames, deserialize, serialize
 from service.engine.records import RecordIndex
-from service.engine.store import CollectionSpec, Store, open_store
+from service.engine.store import CollectionSpec, Store, VectorSpec, open_store
 from service.ratelimit import RateLimiter
 from service.settings import Settings
 
@@ -35,13 +35,24 @@ class Engine:
     jwt_secret: str
     rate_limiter: RateLimiter
     surfaces: dict[str, RecordIndex] = field(default_factory=dict)
+    _vectors: set[tuple[str, str]] = field(default_factory=set)
 
     async def register(self, surface: str, spec: CollectionSpec) -> RecordIndex:
         """Create the surface's collection if missing and remember it (sweeper, index status)."""
         await self.store.ensure_collection(spec)
+        default = self.embedders.default
+        if default is not None and default.dimensions:
+            # Create the default model's vector up front so dense search works before the first embed.
+            await self.ensure_vector(spec.name, VectorSpec(default.vector_name, default.dimensions))
         index = RecordIndex(self, surface, spec)
         self.surfaces[surface] = index
         return index
+
+    async def ensure_vector(self, collection: str, vector: VectorSpec) -> None:
+        """Add a named vector to a collection once per process (the store call takes its write lock)."""
+        if (collection, vector.name) not in self._vectors:
+            await self.store.ensure_vector(collection, vector)
+            self._vectors.add((collection, vector.name))
 
     def records(self, surface: str) -> RecordIndex:
         return self.surfaces[surface]
@@ -49,7 +60,7 @@ class Engine:
     async def close(self) -> None:
         await self.embedders.close()
         await self.store.close()
-        await self.redis.aclose()
+        await self.redis.aclose(close_connection_pool=True)
 
 
 def create_redis_client(url: str) -> ArqRedis:

@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench` (quick) and `make bench-full` print markdown tables with baselines from the same run."""

@@ -1,0 +1,35 @@
+"""`python -m bench [--full]`: every benchmark in turn, each printing its markdown tables."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+BENCHES = ("bench.bench_store", "bench.bench_embedding", "bench.bench_catalog", "bench.bench_actions", "bench.bench_code")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--full", action="store_true", help="the large data sets (tens of minutes)")
+    parser.add_argument("--only", action="append", help="run only these (store, embedding, catalog, actions, code)")
+    args = parser.parse_args()
+    status = 0
+    for name in BENCHES:
+        short = name.rsplit("_", 1)[1]
+        if args.only and short not in args.only:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError:
+            print(f"(skipping {name}: not present)\n")
+            continue
+        started = time.perf_counter()
+        status |= module.main(["--full"] if args.full else [])
+        print(f"_{short}: {time.perf_counter() - started:.0f} s_\n", flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

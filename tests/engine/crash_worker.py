@@ -1,0 +1,39 @@
+"""A child process for the crash test: writes records, enqueues their embedding and runs the worker until killed."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from service.engine.analyzer import terms_text
+from service.engine.records import IndexRecord, collection_spec
+from service.engine.runtime import open_engine
+from service.settings import Settings
+from tests.conftest import REDIS_URL, TEST_SECRET
+from workers.settings import build_workers, run_workers
+
+SPEC = collection_spec("crashdocs")
+RECORDS = 600
+
+
+def crash_settings(data_dir: Path, prefix: str) -> Settings:
+    return Settings(data_dir=data_dir, redis_url=REDIS_URL, queue_prefix=prefix, jwt_secret=TEST_SECRET, job_timeout_s=30, sweep_interval_s=2)
+
+
+def records() -> list[IndexRecord]:
+    texts = [f"document number {i} about topic {i % 7} with some words to embed: alpha beta gamma {i}" for i in range(RECORDS)]
+    texts[0] = "Send an email message to a colleague with an attachment"
+    return [IndexRecord(key=f"doc{i}", tenant="user:alice", kind="doc", embed_text=t, terms=terms_text(t)) for i, t in enumerate(texts)]
+
+
+async def main(data_dir: Path, prefix: str) -> None:
+    engine = await open_engine(crash_settings(data_dir, prefix))
+    index = await engine.register("crashdocs", SPEC)
+    await index.write(records())
+    print("written", flush=True)
+    await run_workers(build_workers(engine))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), sys.argv[2]))

@@ -48,7 +48,7 @@ class Settings:
     embeddings_model: str | None = DEFAULT_MODEL
     embeddings_dimensions: int | None = None
     embeddings_timeout_s: float = 5.0
-    embeddings_batch_size: int = 64
+    embeddings_batch_size: int = 128
     query_cache_size: int = 2048
     providers: tuple[ProviderSettings, ...] = ()
     allowed_roots: tuple[Path, ...] = ()

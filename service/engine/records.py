@@ -31,8 +31,6 @@ BASE_KEYWORD_FIELDS = ("tenant", "kind", "key", "embed_state", "embed_model")
 BASE_INTEGER_FIELDS = ("pending_since",)
 # Records upserted per store call: bounds memory and keeps the event loop responsive.
 WRITE_BATCH = 512
-# Records per embed job: large enough to batch the model, small enough to retry cheaply.
-EMBED_JOB_SIZE = 128
 
 
 def collection_spec(name: str, keyword_fields: Sequence[str] = (), integer_fields: Sequence[str] = (), bool_fields: Sequence[str] = ()) -> CollectionSpec:
@@ -147,8 +145,9 @@ class RecordIndex:
     async def enqueue_embedding(self, items: Sequence[tuple[str, str]]) -> bool:
         """Enqueue embed jobs in batches; False when any enqueue failed (the sweeper repairs it)."""
         ok = True
-        for start in range(0, len(items), EMBED_JOB_SIZE):
-            job = await self.engine.queue.enqueue_embed(self.surface, self.collection, items[start : start + EMBED_JOB_SIZE])
+        size = self.engine.settings.embeddings_batch_size
+        for start in range(0, len(items), size):
+            job = await self.engine.queue.enqueue_embed(self.surface, self.collection, items[start : start + size])
             ok = ok and job is not None
         return ok
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.engine.embeddings import EmbeddingUnavailable
-from service.engine.records import DONE, EMBED_JOB_SIZE, PENDING, RecordIndex
+from service.engine.records import DONE, PENDING, RecordIndex
 from service.engine.runtime import Engine
 from service.engine.store import Filter, Match, Range, VectorSpec
 
@@ -97,8 +97,9 @@ async def sweep(engine: Engine, *, max_records: int = 100_000, grace_s: float | 
             items.extend((str(p.payload["key"]), str(p.payload["content_hash"])) for p in page)
             if offset is None:
                 break
-        for start in range(0, len(items), EMBED_JOB_SIZE):
-            await engine.queue.enqueue_embed(surface, index.collection, items[start : start + EMBED_JOB_SIZE])
+        size = engine.settings.embeddings_batch_size
+        for start in range(0, len(items), size):
+            await engine.queue.enqueue_embed(surface, index.collection, items[start : start + size])
         enqueued[surface] = len(items)
     return enqueued
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
@@ -52,7 +52,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> web.Appli
     return app
 
 
-def _engine_context(shared: Engine | None):  # type: ignore[no-untyped-def]
+def _engine_context(shared: Engine | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def context(app: web.Application) -> AsyncIterator[None]:
         engine = shared or await open_engine(app[SETTINGS])
         app[ENGINE] = engine
@@ -75,7 +75,7 @@ async def _model_preload_context(app: web.Application) -> AsyncIterator[None]:
             await task
 
 
-async def _preload(load) -> None:  # type: ignore[no-untyped-def]
+async def _preload(load: Callable[[], Awaitable[None]]) -> None:
     with contextlib.suppress(EmbeddingUnavailable):
         await load()
 
@@ -91,7 +91,7 @@ async def _in_process_worker_context(app: web.Application) -> AsyncIterator[None
     stop_workers(workers)
     try:
         await asyncio.wait_for(asyncio.shield(task), timeout=app[SETTINGS].job_timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -10,7 +10,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ SECRET_FILE = "jwt-secret"
 GLOBAL_TENANT = "global"
 
 
-class Plan(str, Enum):
+class Plan(StrEnum):
     FREE = "free"
     STANDARD = "standard"
     PRO = "pro"

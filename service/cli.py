@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from service.errors import SettingsError
 from service.settings import Settings, load_settings
@@ -24,14 +26,14 @@ def configure_logging(level: str) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {}
+    overrides: dict[str, Any] = {}
     if getattr(args, "data_dir", None):
         overrides["data_dir"] = Path(args.data_dir)
     if getattr(args, "host", None):
         overrides["host"] = args.host
     if getattr(args, "port", None):
         overrides["port"] = args.port
-    settings = load_settings(**overrides)
+    settings = load_settings(None, **overrides)
     extra_roots = tuple(Path(p).resolve() for p in getattr(args, "allow_root", None) or ())
     if extra_roots:
         settings = settings.with_overrides(allowed_roots=settings.allowed_roots + extra_roots)
@@ -66,10 +68,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         finally:
             await engine.close()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -90,11 +90,11 @@ def deadline_middleware(deadline_s: float) -> Callable[..., Awaitable[web.Stream
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith("/admin") or request.path == "/mcp" and request.method == "GET":
+        if request.path.startswith("/admin") or (request.path == "/mcp" and request.method == "GET"):
             return await handler(request)  # long-lived streams and the dashboard have no deadline
         try:
             return await asyncio.wait_for(handler(request), timeout=deadline_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise DeadlineExceeded(f"request did not finish within {deadline_s:g}s; retry once, then narrow the request") from None
 
     return middleware

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -10,6 +10,6 @@ if TYPE_CHECKING:
     from service.engine.runtime import Engine
     from service.settings import Settings
 
-SETTINGS = web.AppKey["Settings"]("settings")
-ENGINE = web.AppKey["Engine"]("engine")
-WORKER_STATE = web.AppKey[dict]("worker_state")
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
+ENGINE: web.AppKey[Engine] = web.AppKey("engine")
+WORKER_STATE: web.AppKey[dict[str, Any]] = web.AppKey("worker_state")

@@ -19,7 +19,7 @@ from service.engine.store import CollectionSpec
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
 
-SURFACE_PACKAGES: tuple[str, ...] = ("service.actions", "service.catalog")
+SURFACE_PACKAGES: tuple[str, ...] = ("service.actions", "service.catalog", "service.code")
 
 
 @dataclass(frozen=True)

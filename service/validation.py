@@ -11,6 +11,10 @@ from aiohttp import web
 from service.errors import InvalidJSON, PayloadTooLarge, ValidationError
 
 _MISSING = object()
+# The accessors below are named after the JSON types they read, which shadows the builtins in the class body.
+_Str = str
+_Int = int
+_Bool = bool
 
 
 async def read_json(request: web.Request) -> Any:
@@ -30,14 +34,14 @@ async def read_json(request: web.Request) -> Any:
 class Fields:
     """Typed access to one JSON object's fields; every accessor raises ``ValidationError``."""
 
-    def __init__(self, data: Any, where: str = "body") -> None:
+    def __init__(self, data: Any, where: _Str = "body") -> None:
         if not isinstance(data, Mapping):
             raise ValidationError(f"{where} must be a JSON object, got {_type_name(data)}")
         self.data: Mapping[str, Any] = data
-        self.where = where
-        self._seen: set[str] = set()
+        self.where: _Str = where
+        self._seen: set[_Str] = set()
 
-    def _get(self, name: str, required: bool) -> Any:
+    def _get(self, name: _Str, required: _Bool) -> Any:
         self._seen.add(name)
         value = self.data.get(name, _MISSING)
         if value is _MISSING or value is None:
@@ -46,10 +50,10 @@ class Fields:
             return _MISSING
         return value
 
-    def _path(self, name: str) -> str:
+    def _path(self, name: _Str) -> str:
         return name if self.where == "body" else f"{self.where}.{name}"
 
-    def str(self, name: str, *, required: bool = False, default: Any = None, max_length: int = 10_000, non_empty: bool = False) -> Any:
+    def str(self, name: _Str, *, required: _Bool = False, default: Any = None, max_length: _Int = 10_000, non_empty: _Bool = False) -> Any:
         value = self._get(name, required)
         if value is _MISSING:
             return default
@@ -61,27 +65,27 @@ class Fields:
             raise ValidationError(f"{self._path(name)} must not be empty")
         return value
 
-    def int(self, name: str, *, default: Any = None, minimum: int | None = None, maximum: int | None = None, required: bool = False) -> Any:
+    def int(self, name: _Str, *, default: Any = None, minimum: _Int | None = None, maximum: _Int | None = None, required: _Bool = False) -> Any:
         value = self._get(name, required)
         if value is _MISSING:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValidationError(f"{self._path(name)} must be an integer, got {_type_name(value)}")
-        if minimum is not None and value < minimum or maximum is not None and value > maximum:
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             raise ValidationError(f"{self._path(name)} must be between {minimum} and {maximum}, got {value}")
         return value
 
-    def number(self, name: str, *, default: Any = None, minimum: float | None = None, maximum: float | None = None) -> Any:
+    def number(self, name: _Str, *, default: Any = None, minimum: float | None = None, maximum: float | None = None) -> Any:
         value = self._get(name, False)
         if value is _MISSING:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValidationError(f"{self._path(name)} must be a number, got {_type_name(value)}")
-        if minimum is not None and value < minimum or maximum is not None and value > maximum:
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             raise ValidationError(f"{self._path(name)} must be between {minimum} and {maximum}, got {value}")
         return float(value)
 
-    def bool(self, name: str, *, default: bool = False) -> bool:
+    def bool(self, name: _Str, *, default: _Bool = False) -> _Bool:
         value = self._get(name, False)
         if value is _MISSING:
             return default
@@ -89,7 +93,7 @@ class Fields:
             raise ValidationError(f"{self._path(name)} must be true or false, got {_type_name(value)}")
         return value
 
-    def str_list(self, name: str, *, default: Any = (), max_items: int = 1000, max_length: int = 1000) -> Any:
+    def str_list(self, name: _Str, *, default: Any = (), max_items: _Int = 1000, max_length: _Int = 1000) -> Any:
         value = self._get(name, False)
         if value is _MISSING:
             return default
@@ -101,7 +105,7 @@ class Fields:
             raise ValidationError(f"{self._path(name)} items must be at most {max_length} characters")
         return tuple(value)
 
-    def list(self, name: str, *, required: bool = False, max_items: int = 10_000) -> Any:
+    def list(self, name: _Str, *, required: _Bool = False, max_items: _Int = 10_000) -> Any:
         value = self._get(name, required)
         if value is _MISSING:
             return []
@@ -111,17 +115,17 @@ class Fields:
             raise ValidationError(f"{self._path(name)} has {len(value)} items; the limit is {max_items}")
         return value
 
-    def obj(self, name: str, *, required: bool = False) -> Fields | None:
+    def obj(self, name: _Str, *, required: _Bool = False) -> Fields | None:
         value = self._get(name, required)
         if value is _MISSING:
             return None
         return Fields(value, self._path(name))
 
-    def raw(self, name: str) -> Any:
+    def raw(self, name: _Str) -> Any:
         value = self._get(name, False)
         return None if value is _MISSING else value
 
-    def reject_unknown(self, allowed: set[str] | None = None) -> None:
+    def reject_unknown(self, allowed: set[_Str] | None = None) -> None:
         """400 naming the unknown fields and the allowed ones."""
         known = self._seen if allowed is None else allowed
         unknown = sorted(set(self.data) - known)

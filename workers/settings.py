@@ -14,6 +14,7 @@ from typing import Any
 from arq import Worker, cron
 from arq.worker import func
 
+from service.admin.history import JobRecorder
 from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.queue import deserialize, serialize
 from service.engine.runtime import Engine, create_redis_client
@@ -23,6 +24,38 @@ log = logging.getLogger(__name__)
 
 MAX_TRIES = 5
 KEEP_RESULT_S = 3600
+
+
+class RecordingWorker(Worker):
+    """arq's Worker that also records every job's ending for the admin dashboard (``service.admin.history``).
+
+    ``finish_job`` and ``finish_failed_job`` are where every ending goes through in arq 0.28
+    (success, failure, abort, retry, max tries exceeded, expired job), so hooking them misses none.
+    """
+
+    def __init__(self, *args: Any, recorder: JobRecorder, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recorder = recorder
+
+    async def finish_job(
+        self,
+        job_id: str,
+        finish: bool,
+        result_data: bytes | None,
+        result_timeout_s: float | None,
+        keep_result_forever: bool,
+        incr_score: int | None,
+        keep_in_progress: float | None,
+    ) -> None:
+        await super().finish_job(job_id, finish, result_data, result_timeout_s, keep_result_forever, incr_score, keep_in_progress)
+        if finish:
+            await self.recorder.finished(self.pool, self.queue_name, job_id, result_data)
+        else:
+            await self.recorder.retried(self.pool, self.queue_name, job_id)
+
+    async def finish_failed_job(self, job_id: str, result_data: bytes | None) -> None:
+        await super().finish_failed_job(job_id, result_data)
+        await self.recorder.finished(self.pool, self.queue_name, job_id, result_data)
 
 
 def _functions(fast: bool, timeout_s: float) -> list[Any]:
@@ -58,6 +91,9 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         "poll_delay": 0.2,
         "max_tries": MAX_TRIES,
         "retry_jobs": True,
+        # The dashboard's abort action adds the id to arq:abort; only then does a worker cancel it.
+        "allow_abort_jobs": True,
+        "recorder": JobRecorder(engine, keep_s=KEEP_RESULT_S),
     }
     interval = settings.sweep_interval_s
     # arq's cron takes calendar sets: every `interval` seconds below a minute, else every N minutes.
@@ -73,7 +109,7 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         timeout=settings.job_timeout_s,
     )
     # Each worker owns its pool: Worker.close() closes the pool it was given.
-    embed_worker = Worker(
+    embed_worker = RecordingWorker(
         redis_pool=create_redis_client(settings.redis_url),
         functions=_functions(False, settings.job_timeout_s),
         queue_name=engine.queue.names.embed,
@@ -81,7 +117,7 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         max_jobs=1,
         **common,
     )
-    fast_worker = Worker(
+    fast_worker = RecordingWorker(
         redis_pool=create_redis_client(settings.redis_url),
         functions=_functions(True, settings.job_timeout_s),
         queue_name=engine.queue.names.fast,

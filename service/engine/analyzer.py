@@ -23,7 +23,7 @@ _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 MAX_TERM_LENGTH = 40
 
 STOPWORDS = frozenset(
-    "a an and are as at be by for from how i in is it of on or the this to what which with".split()
+    ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "how", "i", "in", "is", "it", "of", "on", "or", "the", "this", "to", "what", "which", "with"]
 )
 
 
@@ -52,9 +52,8 @@ def identifier_terms(identifier: str) -> Iterator[str]:
         yield whole
     for piece in pieces:
         folded_piece = _fold(piece)
-        if folded_piece and folded_piece != whole and folded_piece not in folded_parts:
-            if len(folded_piece) <= MAX_TERM_LENGTH:
-                yield folded_piece
+        if folded_piece and folded_piece != whole and folded_piece not in folded_parts and len(folded_piece) <= MAX_TERM_LENGTH:
+            yield folded_piece
     for part in folded_parts:
         if len(part) <= MAX_TERM_LENGTH:
             yield _normalize(part)

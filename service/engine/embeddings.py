@@ -220,7 +220,7 @@ class OpenAIEmbedder:
                 if response.status != 200:
                     raise EmbeddingUnavailable(f"embedding endpoint answered HTTP {response.status}")
                 payload = await response.json()
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._state = "degraded"
             raise EmbeddingUnavailable("embedding endpoint timed out") from None
         except aiohttp.ClientError as exc:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.connections import ArqRedis
 from arq.jobs import Job
 from redis.exceptions import RedisError
 
@@ -56,24 +56,6 @@ class QueueNames:
     @property
     def all(self) -> tuple[str, str]:
         return (self.embed, self.fast)
-
-
-def redis_settings(url: str) -> RedisSettings:
-    settings = RedisSettings.from_dsn(url)
-    settings.conn_timeout = 2
-    settings.conn_retries = 1
-    settings.conn_retry_delay = 0.2
-    return settings
-
-
-async def create_redis(url: str) -> ArqRedis:
-    """An ArqRedis pool with the JSON serializer (also the client for rate limits and caches)."""
-    return await create_pool(
-        redis_settings(url),
-        job_serializer=serialize,
-        job_deserializer=deserialize,
-        retry=1,
-    )
 
 
 def batch_job_id(prefix: str, surface: str, items: Sequence[tuple[str, str]]) -> str:

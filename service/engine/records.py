@@ -12,8 +12,8 @@ sweeper re-enqueues every ``pending`` record, so a lost enqueue only delays embe
 from __future__ import annotations
 
 import hashlib
-import time
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from service.engine.analyzer import query_terms
 from service.engine.embeddings import Embedder, EmbeddingUnavailable
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PREFETCH = 50
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     HYBRID = "hybrid"
     LEXICAL = "lexical"
     DENSE = "dense"

@@ -29,7 +29,7 @@ bench-full: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench --full
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check service workers tests bench
+	$(VENV)/bin/ruff check service workers tests bench deploy
 	$(VENV)/bin/mypy
 
 deploy-check: $(STAMP)

@@ -1,0 +1,154 @@
+"""deploy/: the shipped files pass `make deploy-check`, and the checker fails on what is broken;
+the image's health-check script answers for a front end and for the workers' queues."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from deploy import healthcheck
+from deploy.check import DEPLOY_DIR, main, run_checks
+from tests.conftest import REDIS_URL
+
+ROOT = DEPLOY_DIR.parent
+
+
+def _copy_k8s(tmp_path: Path) -> Path:
+    target = tmp_path / "k8s"
+    shutil.copytree(DEPLOY_DIR / "k8s", target)
+    return target
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def _copy_compose(tmp_path: Path) -> Path:
+    """The compose file in a tree like the repository's: its build context (..) holds deploy/Dockerfile."""
+    (tmp_path / "deploy").mkdir()
+    shutil.copy(DEPLOY_DIR / "Dockerfile", tmp_path / "deploy" / "Dockerfile")
+    target = tmp_path / "deploy" / "docker-compose.yml"
+    shutil.copy(DEPLOY_DIR / "docker-compose.yml", target)
+    return target
+
+
+def test_shipped_deploy_files_pass_every_check(capsys: pytest.CaptureFixture[str]) -> None:
+    report = run_checks()
+    assert report.ok, "\n".join(map(str, report.problems))
+    assert [s.split(":", 1)[0] for s in report.summaries] == ["compose", "kubernetes", "dockerfile"]
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "deploy-check: ok" in out and "Kubernetes 1.32 schemas" in out and "Compose specification schema" in out
+
+
+def test_a_manifest_with_an_unknown_field_fails_the_schema_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    k8s = _copy_k8s(tmp_path)
+    _edit(k8s / "frontend.yaml", "readinessProbe:", "readinessProbes:")
+    report = run_checks(compose=None, dockerfile=None, k8s_dir=k8s)
+    assert not report.ok
+    [problem] = report.problems
+    assert problem.file.endswith("frontend.yaml") and problem.where.startswith("Deployment/agentsearch-frontend")
+    assert "'readinessProbes' was unexpected" in problem.message
+    assert main(["--k8s-dir", str(k8s)]) == 1
+    assert "readinessProbes" in capsys.readouterr().err
+
+
+def test_a_manifest_of_the_wrong_type_or_api_version_fails(tmp_path: Path) -> None:
+    k8s = _copy_k8s(tmp_path)
+    _edit(k8s / "worker.yaml", "replicas: 2", "replicas: two")
+    _edit(k8s / "frontend.yaml", "apiVersion: autoscaling/v2", "apiVersion: autoscaling/v2beta1")
+    messages = [p.message for p in run_checks(compose=None, dockerfile=None, k8s_dir=k8s).problems]
+    assert any("'two' is not of type 'integer'" in m for m in messages)
+    assert any("autoscaling/v2beta1" in m for m in messages)
+
+
+def test_broken_references_between_manifests_fail(tmp_path: Path) -> None:
+    k8s = _copy_k8s(tmp_path)
+    _edit(k8s / "frontend.yaml", "path: /readyz", "path: /ready")
+    _edit(k8s / "worker.yaml", "name: agentsearch-config", "name: agentsearch-conf")
+    _edit(k8s / "config.yaml", 'AGENTSEARCH_QDRANT_SHARD_NUMBER: "6"', 'AGENTSEARCH_QDRANT_SHARDS: "6"')
+    (k8s / "extra.yaml").write_text((k8s / "namespace.yaml").read_text().replace("name: agentsearch", "name: other"))
+    messages = [str(p) for p in run_checks(compose=None, dockerfile=None, k8s_dir=k8s).problems]
+    assert any("readinessProbe is an httpGet on /readyz" in m for m in messages)
+    assert any("envFrom ConfigMap 'agentsearch-conf' is not in these manifests" in m for m in messages)
+    assert any("AGENTSEARCH_QDRANT_SHARDS is not a setting" in m for m in messages)
+    assert any("extra.yaml is not listed" in m for m in messages)
+
+
+def test_a_compose_file_agentsearch_would_refuse_fails(tmp_path: Path) -> None:
+    compose = _copy_compose(tmp_path)
+    _edit(compose, 'AGENTSEARCH_QDRANT_REPLICATION_FACTOR: "2"', 'AGENTSEARCH_QDRANT_REPLICATION_FACTOR: "two"')
+    _edit(compose, '"--bootstrap", "http://qdrant-0:6335", "--uri", "http://qdrant-2:6335"', '"--uri", "http://qdrant-2:6335"')
+    report = run_checks(compose=compose, k8s_dir=None, dockerfile=None)
+    messages = [str(p) for p in report.problems]
+    assert any("services.frontend-1.environment: agentsearch would refuse" in m and "replication_factor" in m for m in messages)
+    assert any("exactly one Qdrant node starts the cluster" in m for m in messages)
+
+
+def test_a_compose_file_off_the_schema_fails(tmp_path: Path) -> None:
+    compose = _copy_compose(tmp_path)
+    _edit(compose, "restart: unless-stopped", "restarts: unless-stopped")
+    report = run_checks(compose=compose, k8s_dir=None, dockerfile=None)
+    assert any("'restarts' was unexpected" in p.message for p in report.problems), report.problems
+
+
+def test_a_dockerfile_without_its_guarantees_fails(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    text = (DEPLOY_DIR / "Dockerfile").read_text()
+    text = text.replace("USER 10001:10001\n", "").replace("pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0", "pip install torch==2.13.0")
+    dockerfile.write_text(text)
+    messages = [p.message for p in run_checks(compose=None, k8s_dir=None, dockerfile=dockerfile, context=ROOT).problems]
+    assert any("non-root USER" in m for m in messages)
+    assert any("--index-url https://download.pytorch.org/whl/cpu" in m for m in messages)
+
+
+class _Healthz(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def healthz_port() -> Iterator[int]:
+    server = HTTPServer(("127.0.0.1", 0), _Healthz)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_healthcheck_asks_healthz_on_the_configured_port(healthz_port: int) -> None:
+    assert healthcheck.main([], {"AGENTSEARCH_PORT": str(healthz_port)}) == 0
+    server_gone = HTTPServer(("127.0.0.1", 0), _Healthz)
+    closed_port = server_gone.server_address[1]
+    server_gone.server_close()
+    assert healthcheck.main(["http"], {"AGENTSEARCH_PORT": str(closed_port)}) == 1
+    assert healthcheck.main(["bogus"], {}) == 2
+
+
+async def test_worker_healthcheck_reads_arqs_health_keys_of_both_queues(redis_prefix: str) -> None:
+    env = {"REDIS_URL": REDIS_URL, "AGENTSEARCH_QUEUE_PREFIX": redis_prefix}
+    embed_key, fast_key = healthcheck.worker_health_keys(redis_prefix)
+    client = aioredis.from_url(REDIS_URL)
+    try:
+        assert healthcheck.main(["worker"], env) == 1
+        await client.set(embed_key, b"alive", px=60_000)
+        assert "fast:health-check" in (healthcheck.check_worker(env) or "")
+        await client.set(fast_key, b"alive", px=60_000)
+        assert healthcheck.main(["worker"], env) == 0
+    finally:
+        await client.delete(embed_key, fast_key)
+        await client.aclose()
+    assert healthcheck.main(["worker"], {"REDIS_URL": "redis://127.0.0.1:1/0"}) == 1

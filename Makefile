@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-full lint typecheck deploy-check clean
+.PHONY: run test chromium bench bench-full lint typecheck deploy-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,12 @@ $(VENV): $(STAMP)
 run: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m service serve --data-dir ./data
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# The admin dashboard's browser tests drive Debian's chromium (Playwright cannot download a browser here).
+chromium:
+	command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench

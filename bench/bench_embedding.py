@@ -20,7 +20,7 @@ from pathlib import Path
 from bench.common import machine, versions
 from service.code.chunker import chunk_file
 from service.engine.analyzer import terms_text
-from service.engine.embeddings import local_model_path, load_sentence_transformer
+from service.engine.embeddings import load_sentence_transformer, local_model_path
 from service.engine.records import IndexRecord, collection_spec
 from service.engine.runtime import open_engine
 from service.settings import Settings

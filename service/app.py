@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
+from service.admin.routes import routes as admin_routes
+from service.admin.sampler import admin_context
 from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.runtime import Engine, open_engine
 from service.health import metrics_middleware
@@ -45,9 +47,11 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> web.Appli
     app.cleanup_ctx.append(_model_preload_context)
     if settings.runs_worker_in_process:
         app.cleanup_ctx.append(_in_process_worker_context)
+    app.cleanup_ctx.append(admin_context)
     app.on_response_prepare.append(server_timing_on_prepare)
     app.router.add_routes(health_routes)
     app.router.add_routes(status_routes)
+    app.router.add_routes(admin_routes)
     setup_surface_routes(app)
     return app
 

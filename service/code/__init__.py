@@ -1,1 +1,48 @@
-"""Workspace code search building blocks: walking, chunking, trigram prefilter and path scope."""
+"""Workspace code search (seed 002): chunk-level hybrid (lexical + semantic, RRF) search over a
+registered workspace, with ``path:line:snippet`` output, regex, path and glob scope, and a
+graceful lexical fallback.
+
+Modules: ``walker``, ``chunker``, ``trigram``, ``scope`` (building blocks); ``model`` (collection
+and keys), ``workspace`` (settings and the durable registry), ``parsing`` (request bodies),
+``cache`` (the chunk cache on disk), ``indexer`` (revalidation), ``runtime`` (open workspaces),
+``lexical``, ``semantic``, ``ranking``, ``render``, ``search`` (one search), ``routes`` (HTTP),
+``jobs`` (arq) and ``cli`` (``agentsearch index`` / ``search``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from service.code.cli import add_cli
+from service.code.jobs import index_workspace_job, warm_workspace_job
+from service.code.model import COLLECTION, SPEC, SURFACE_NAME
+from service.code.routes import routes
+from service.code.semantic import INDEX_JOB, WARM_JOB
+from service.engine.embeddings import EmbeddingUnavailable
+from service.engine.store import VectorSpec
+from service.surfaces import SurfaceDef
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+
+async def on_open(engine: Engine) -> None:
+    """Create the default model's vector up front, so dense search works before the first embedding lands."""
+    try:
+        embedder = engine.embedders.default
+    except EmbeddingUnavailable:
+        return
+    if embedder is not None and embedder.dimensions:
+        await engine.ensure_vector(COLLECTION, VectorSpec(embedder.vector_name, embedder.dimensions))
+
+
+SURFACE = SurfaceDef(
+    name=SURFACE_NAME,
+    spec=SPEC,
+    routes=routes,
+    on_open=on_open,
+    add_cli=add_cli,
+    jobs={INDEX_JOB: (index_workspace_job, True), WARM_JOB: (warm_workspace_job, True)},
+)
+
+__all__ = ["SURFACE"]

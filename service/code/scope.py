@@ -25,6 +25,10 @@ class ScopeError(ValueError):
     """A path or glob that cannot scope a search; the message says what to fix."""
 
 
+class ScopeNotFound(ScopeError):
+    """The ``path`` names nothing in the workspace (as opposed to a path that escapes it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """A resolved search scope; ``prefix`` is ``""`` for the whole workspace."""
@@ -87,7 +91,7 @@ def _resolve_path(real_root: Path, path: str | None) -> tuple[str, bool]:
             "give a path inside the workspace, relative to its root, or '.'"
         )
     if not resolved.exists():
-        raise ScopeError(f"path {raw!r} does not exist in the workspace; give an existing file or directory, or '.'")
+        raise ScopeNotFound(f"path {raw!r} does not exist in the workspace; give an existing file or directory, or '.'")
     relative = resolved.relative_to(real_root).as_posix()
     return ("" if relative == "." else relative), resolved.is_file()
 

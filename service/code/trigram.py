@@ -84,19 +84,23 @@ def _schema() -> tantivy.Schema:
 class TrigramIndex:
     """One workspace's trigram index; holds the only writer of its directory until closed."""
 
-    def __init__(self, directory: Path, index: tantivy.Index, writer: tantivy.IndexWriter) -> None:
+    def __init__(self, directory: Path, index: tantivy.Index, writer: tantivy.IndexWriter | None) -> None:
         self.directory = directory
         self._index = index
         self._writer: tantivy.IndexWriter | None = writer
 
     @classmethod
-    def open(cls, directory: Path) -> TrigramIndex:
+    def open(cls, directory: Path, *, writable: bool = True) -> TrigramIndex:
         """Open or create the index; a directory holding another schema is rebuilt (the index is
-        derived data). Raises :class:`IndexLocked` while another writer holds it."""
+        derived data). Raises :class:`IndexLocked` while another writer holds it. A read-only
+        index (``writable=False``) takes no lock: it sees another writer's commits after
+        :meth:`reload`."""
         directory.mkdir(parents=True, exist_ok=True)
         index = _open_or_recreate(directory)
         # The custom tokenizer is not stored with the index: without it writes and queries fail.
         index.register_tokenizer(TRIGRAM_TOKENIZER, trigram_analyzer())
+        if not writable:
+            return cls(directory, index, None)
         try:
             writer = index.writer(heap_size=WRITER_HEAP_BYTES, num_threads=1)
         except ValueError as exc:
@@ -139,6 +143,10 @@ class TrigramIndex:
     def commit(self) -> None:
         self._require_writer().commit()
         self._index.reload()  # otherwise readers see the commit only after tantivy's own delay
+
+    def reload(self) -> None:
+        """See the latest commit (of this or another writer) in the next search."""
+        self._index.reload()
 
     def candidates_literal(self, literal: str, limit: int) -> list[str] | None:
         """Chunks holding every trigram of ``literal``, at most ``limit`` (a full list means it

@@ -1,0 +1,65 @@
+"""Index state per surface and tenant: records, embedded, pending, last warm, store backend and model.
+
+The store has no group-by, so the tenants of a collection are found by exclusion: scroll one
+point whose tenant is none of those found so far, until none is left (one cheap call per tenant
+on the tenant-indexed field), capped at ``MAX_TENANTS``. Each tenant's numbers are two exact
+counts. ``pending`` is every record whose content hash differs from its embedded hash, i.e. not
+``done``: waiting for an embed job, or (code) cold until a workspace is warmed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from service.admin.keys import AdminKeys
+from service.engine.records import DONE
+from service.engine.store import Filter, Match, MatchAny
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+MAX_TENANTS = 100
+
+
+async def distinct_tenants(engine: Engine, collection: str, limit: int = MAX_TENANTS) -> tuple[list[str], bool]:
+    """The tenants holding records in ``collection`` (sorted) and whether that is all of them."""
+    found: list[str] = []
+    while len(found) < limit:
+        others = Filter(must_not=(MatchAny("tenant", tuple(found)),)) if found else Filter()
+        page, _ = await engine.store.scroll(collection, others, limit=1)
+        if not page or not page[0].payload.get("tenant"):
+            return sorted(found), True
+        found.append(str(page[0].payload["tenant"]))
+    return sorted(found), False
+
+
+async def _counts(engine: Engine, collection: str, base: Filter) -> dict[str, int]:
+    records = await engine.store.count(collection, base)
+    embedded = await engine.store.count(collection, base.and_(Match("embed_state", DONE)))
+    return {"records": records, "embedded": embedded, "pending": records - embedded}
+
+
+async def index_state(engine: Engine) -> dict[str, Any]:
+    """Every surface's totals and per-tenant rows, with the store backend and the default model."""
+    raw_warm = await engine.redis.hgetall(AdminKeys(engine.settings.queue_prefix).last_warm)  # type: ignore[misc]  # redis-py types hash commands as sync-or-async
+    last_warm = {name.decode(): int(value) for name, value in raw_warm.items()}
+    default = engine.embedders.default
+    model = default.model if default is not None else None
+    surfaces = []
+    for surface, index in sorted(engine.surfaces.items()):
+        tenants, complete = await distinct_tenants(engine, index.collection)
+        rows = []
+        for tenant in tenants:
+            counts = await _counts(engine, index.collection, Filter(must=(Match("tenant", tenant),)))
+            rows.append({"tenant": tenant, **counts, "last_warm_ms": last_warm.get(f"{surface}|{tenant}")})
+        surfaces.append(
+            {
+                "surface": surface,
+                "collection": index.collection,
+                **(await _counts(engine, index.collection, Filter())),
+                "last_warm_ms": last_warm.get(surface),
+                "tenants": rows,
+                "tenants_complete": complete,
+            }
+        )
+    return {"store": engine.store.backend, "model": model, "surfaces": surfaces}

@@ -1,0 +1,335 @@
+"""Entity detail: resolve ``{type}:{id}[#fragment]`` refs to detail documents (structured; render.py writes markdown).
+
+Each ref resolves on its own; a failure is that ref's error (``LookupFailure``), never the batch's.
+Known-id lookups ignore the hidden-package discovery preference. Fragments never fall back to the
+whole document: a missing heading, line, file or export fails.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from service.auth import GLOBAL_TENANT, Caller
+from service.catalog import callshapes, markdown
+from service.catalog.domains import list_domain
+from service.catalog.keys import COLLECTION, SURFACE_NAME, Kind, mcp_domain, record_key
+from service.catalog.models import normalize_subpath
+from service.catalog.refs import EntityRef
+from service.catalog.waiting import user_tenants
+from service.engine.analyzer import analyze
+from service.engine.store import Filter, Match, MatchAny
+from service.errors import AgentSearchError, FragmentNotFound, InvalidEntityRef, NotFound
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+MAX_RELATED_PACKAGES = 5
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+@dataclass(frozen=True)
+class LookupFailure:
+    entity: str
+    code: str
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"entity": self.entity, "ok": False, "error": {"code": self.code, "message": self.message}}
+
+
+# ---- record access ------------------------------------------------------------------------------
+
+
+async def user_record(engine: Engine, caller: Caller, kind: Kind, entity_id: str) -> Mapping[str, Any] | None:
+    """The caller's record (own user first, then org and teams) of ``kind`` and ``entity_id``."""
+    tenants = user_tenants(caller)
+    keys = [record_key(t, kind, entity_id) for t in tenants]
+    found = await engine.records(SURFACE_NAME).get_many(keys)
+    return next((found[k] for k in keys if k in found), None)
+
+
+async def global_record(engine: Engine, kind: Kind, entity_id: str) -> Mapping[str, Any] | None:
+    return await engine.records(SURFACE_NAME).get(record_key(GLOBAL_TENANT, kind, entity_id))
+
+
+async def find_package(engine: Engine, caller: Caller, ident: str) -> Mapping[str, Any] | None:
+    """A package of the caller by id (UUID or slug) or by name leaf / scoped name."""
+    found = await user_record(engine, caller, Kind.PACKAGE, ident)
+    if found is not None:
+        return found
+    leaf = ident.rsplit("/", 1)[-1].lower()
+    flt = Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.PACKAGE.value), Match("name_leaf", leaf)))
+    page, _ = await engine.store.scroll(COLLECTION, flt, limit=8)
+    if not page:
+        return None
+    order = {t: i for i, t in enumerate(user_tenants(caller))}
+    return min((p.payload for p in page), key=lambda p: order.get(str(p.get("tenant")), 99))
+
+
+async def package_files(engine: Engine, package: Mapping[str, Any]) -> dict[str, str]:
+    record = await engine.records(SURFACE_NAME).get(record_key(str(package["tenant"]), Kind.PACKAGE_FILES, str(package["package_id"])))
+    return dict(record.get("files") or {}) if record else {}
+
+
+async def package_export(engine: Engine, package: Mapping[str, Any], subpath: str) -> Mapping[str, Any] | None:
+    key = record_key(str(package["tenant"]), Kind.EXPORT, f"{package['package_id']}#{normalize_subpath(subpath)}")
+    return await engine.records(SURFACE_NAME).get(key)
+
+
+async def related_packages(engine: Engine, caller: Caller, provider_terms: list[str], limit: int = MAX_RELATED_PACKAGES) -> list[dict[str, Any]]:
+    """The caller's visible packages whose id, name, tags or README mention one of ``provider_terms``."""
+    if not provider_terms:
+        return []
+    flt = Filter(
+        must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.PACKAGE.value), MatchAny("link_terms", tuple(provider_terms))),
+        must_not=(Match("hidden", True),),
+    )
+    page, _ = await engine.store.scroll(COLLECTION, flt, limit=limit)
+    return [{"entity": p.payload.get("entity"), "name": p.payload.get("name"), "summary": p.payload.get("summary")} for p in page]
+
+
+# ---- resolve -----------------------------------------------------------------------------------------
+
+
+async def resolve(engine: Engine, caller: Caller, ref: EntityRef, budget_chars: int) -> dict[str, Any]:
+    """The detail document of one ref; raises NotFound / FragmentNotFound / InvalidEntityRef."""
+    if ref.type == "capability":
+        return await _capability(engine, caller, ref)
+    if ref.type == "guide":
+        return await _guide(engine, ref, budget_chars)
+    if ref.type == "package":
+        return await _package(engine, caller, ref, budget_chars)
+    if ref.type == "integration":
+        return await _integration(engine, caller, ref)
+    if ref.type == "mcp-server":
+        return await _mcp_server(engine, caller, ref)
+    return await _secret(engine, caller, ref)
+
+
+def _no_fragment(ref: EntityRef) -> None:
+    if ref.fragment is not None:
+        raise InvalidEntityRef(f"invalid entity ref {ref.full!r}: {ref.type} refs take no '#' fragment; use {ref.ref!r}")
+
+
+async def _capability(engine: Engine, caller: Caller, ref: EntityRef) -> dict[str, Any]:
+    _no_fragment(ref)
+    if ref.id.startswith("mcp:"):
+        server, _, tool = ref.id[4:].partition(":")
+        record = await user_record(engine, caller, Kind.MCP_TOOL, f"{server}:{tool}") if server and tool else None
+        if record is None:
+            raise NotFound(f"no MCP tool {ref.ref!r}; list a server's tools with entity 'mcp-server:{server or '<name>'}'")
+        server_record = await user_record(engine, caller, Kind.MCP_SERVER, server)
+        siblings = max(0, int((server_record or {}).get("tool_count", 1)) - 1)
+        detail = _capability_detail(record)
+        detail["server"] = server
+        detail["relatedOperationCount"] = siblings
+        detail["related"] = f"mcp-server:{server}"
+        return detail
+    record = await global_record(engine, Kind.CAPABILITY, ref.id)
+    if record is None:
+        raise NotFound(f"no capability {ref.ref!r}; search by task or list a domain with search({{ domain }})")
+    return _capability_detail(record)
+
+
+def _capability_detail(record: Mapping[str, Any]) -> dict[str, Any]:
+    call = callshapes.accessor(record)
+    return {
+        "type": "capability",
+        "entity": record.get("entity"),
+        "title": record.get("title"),
+        "summary": record.get("summary"),
+        "description": record.get("description") or "",
+        "domain": record.get("domain"),
+        "callShape": callshapes.call_shape(record),
+        "accessor": call,
+        "execute": callshapes.execute_snippet(call),
+        "inputTypeDefinition": callshapes.input_type(record),
+        "outputTypeDefinition": callshapes.output_type(record),
+    }
+
+
+async def _guide(engine: Engine, ref: EntityRef, budget_chars: int) -> dict[str, Any]:
+    record = await global_record(engine, Kind.GUIDE, ref.id)
+    if record is None:
+        raise NotFound(f"no guide {ref.ref!r}; search for guides by topic")
+    md = str(record.get("markdown", ""))
+    body, part, is_toc = open_document(md, ref.ref, ref.fragment_parts, budget_chars)
+    return {"type": "guide", "entity": ref.full, "title": record.get("title"), "summary": record.get("summary"), "part": part, "tableOfContents": is_toc, "markdown": body}
+
+
+def open_document(md: str, ref: str, parts: tuple[str, ...], budget_chars: int) -> tuple[str, str, bool]:
+    """(text, which part, is a table of contents) for a document and its fragment parts (heading or lines)."""
+    if not parts:
+        text, is_toc = markdown.fit_or_toc(md, budget_chars, ref)
+        return text, "contents" if is_toc else "whole", is_toc
+    if len(parts) > 1:
+        raise InvalidEntityRef(f"invalid entity ref {ref}#{'#'.join(parts)}: a document takes one fragment (a heading slug, L165 or L165-L180)")
+    fragment = parts[0]
+    if markdown.parse_line_fragment(fragment) is not None:
+        return markdown.line_range(md, fragment, max_chars=budget_chars), f"lines {fragment}", False
+    body = markdown.section(md, fragment)
+    if len(body) <= budget_chars:
+        return body, f"section #{fragment}", False
+    toc, _ = markdown.fit_or_toc(body, budget_chars, ref)
+    return toc, f"section #{fragment} (contents)", True
+
+
+async def _package(engine: Engine, caller: Caller, ref: EntityRef, budget_chars: int) -> dict[str, Any]:
+    package = await find_package(engine, caller, ref.id)
+    if package is None:
+        raise NotFound(f"no package {ref.ref!r} in your catalog; packages are found by id, UUID or name leaf")
+    parts = ref.fragment_parts
+    if not parts:
+        return package_index(package)
+    export = await package_export(engine, package, parts[0]) if len(parts) == 1 else None
+    if export is not None:
+        return export_detail(export)
+    files = await package_files(engine, package)
+    path = parts[0]
+    if path not in files:
+        exports = ", ".join(f"#{e['subpath']}" for e in package.get("exports", [])[:10]) or "none"
+        listed = ", ".join(f"#{p}" for p in sorted(files)[:10]) or "none"
+        raise FragmentNotFound(f"{ref.ref} has no export or file {path!r}; exports: {exports}; files: {listed}")
+    file_ref = f"package:{package['package_id']}#{path}"
+    body, part, is_toc = open_document(files[path], file_ref, parts[1:], budget_chars)
+    return {"type": "package-file", "entity": ref.full, "package": package.get("entity"), "path": path, "part": part, "tableOfContents": is_toc, "text": body}
+
+
+def package_index(package: Mapping[str, Any]) -> dict[str, Any]:
+    """The slim package index of seed 000: summary, export subpaths and purposes, job/retriever names, Intent."""
+    fork = package.get("fork") or {}
+    detail: dict[str, Any] = {
+        "type": "package",
+        "entity": package.get("entity"),
+        "title": package.get("name"),
+        "name": package.get("name"),
+        "summary": package.get("summary"),
+        "tags": list(package.get("tags") or []),
+        "hidden": bool(package.get("hidden")),
+        "exports": [{"entity": f"{package.get('entity')}#{e['subpath']}", "subpath": e["subpath"], "purpose": e.get("purpose", "")} for e in package.get("exports") or []],
+        "jobs": [j["name"] for j in package.get("jobs") or []],
+        "retrievers": [r["name"] for r in package.get("retrievers") or []],
+        "intent": package.get("intent") or "",
+        "files": list(package.get("files") or []),
+    }
+    if fork.get("listingAhead"):
+        detail["listingAhead"] = True
+        detail["nextStep"] = absorb_step(str(fork.get("upstream")))
+    return detail
+
+
+def absorb_step(upstream: str) -> str:
+    return f"The community listing {upstream} is ahead of this fork: call communityGet for {upstream}, then repoPublishSession with absorbed_upstream_commit to absorb it."
+
+
+def export_detail(export: Mapping[str, Any]) -> dict[str, Any]:
+    """One export's contract: import specifier, purpose, execute snippet, types, functions, example."""
+    contract = callshapes.export_contract(export)
+    detail: dict[str, Any] = {
+        "type": "package-export",
+        "entity": export.get("entity"),
+        "title": export.get("title"),
+        "package": f"package:{export.get('package_id')}",
+        "subpath": export.get("subpath"),
+        "purpose": export.get("purpose") or "",
+        **contract,
+    }
+    if export.get("functions"):
+        detail["functions"] = list(export["functions"])
+    if export.get("referenced_types"):
+        detail["referencedTypes"] = export["referenced_types"]
+    if export.get("example"):
+        detail["example"] = export["example"]
+    return detail
+
+
+async def _integration(engine: Engine, caller: Caller, ref: EntityRef) -> dict[str, Any]:
+    _no_fragment(ref)
+    record = await user_record(engine, caller, Kind.INTEGRATION, ref.id)
+    if record is None:
+        raise NotFound(f"no saved integration {ref.ref!r}; search to see your integrations")
+    detail: dict[str, Any] = {
+        "type": "integration",
+        "entity": record.get("entity"),
+        "title": record.get("title"),
+        "summary": record.get("summary"),
+        "provider": record.get("provider"),
+        "authType": record.get("auth_type") or None,
+        "tokenUrl": record.get("token_url") or None,
+        "authorizeUrl": record.get("authorize_url") or None,
+        "apiBaseUrl": record.get("api_base_url") or None,
+        "clientId": record.get("client_id") or None,
+        "requiredHosts": list(record.get("required_hosts") or []),
+        "scopes": list(record.get("scopes") or []),
+        "docsUrl": record.get("docs_url") or None,
+        "lastRefresh": record.get("last_refresh"),
+        "tokens": f"Access and refresh tokens live on the connection: call createAuthenticatedFetch('{ref.id}').",
+        "relatedPackages": await related_packages(engine, caller, name_terms(str(record.get("provider")), ref.id)),
+    }
+    step = reconnect_step(record)
+    if step:
+        detail["nextStep"] = step
+    return detail
+
+
+def reconnect_step(record: Mapping[str, Any]) -> str | None:
+    refresh = record.get("last_refresh") or {}
+    if refresh.get("status") == "reconnectable":
+        return f"Reconnect {record.get('title')}: its last token refresh failed and needs the user to re-authorize ({refresh.get('message') or 'reconnect required'})."
+    return None
+
+
+async def _mcp_server(engine: Engine, caller: Caller, ref: EntityRef) -> dict[str, Any]:
+    _no_fragment(ref)
+    name = ref.id[4:] if ref.id.startswith("mcp:") else ref.id
+    record = await user_record(engine, caller, Kind.MCP_SERVER, name)
+    if record is None:
+        raise NotFound(f"no connected MCP server {name!r}; search to see your MCP servers")
+    tools = await list_domain(engine, caller, mcp_domain(name))
+    return {
+        "type": "mcp-server",
+        "entity": record.get("entity"),
+        "title": name,
+        "summary": record.get("summary"),
+        "description": record.get("description") or "",
+        "instructions": record.get("instructions") or "",
+        "domain": mcp_domain(name),
+        "toolCount": len(tools),
+        "tools": [
+            {"entity": t.get("entity"), "name": t.get("tool"), "summary": t.get("summary"), "callShape": callshapes.call_shape(t)} for t in tools
+        ],
+    }
+
+
+async def _secret(engine: Engine, caller: Caller, ref: EntityRef) -> dict[str, Any]:
+    _no_fragment(ref)
+    record = await user_record(engine, caller, Kind.SECRET, ref.id)
+    if record is None:
+        raise NotFound(f"no secret reference {ref.ref!r}; package-scoped secrets are listed by secretList or packageGet")
+    return {
+        "type": "secret",
+        "entity": record.get("entity"),
+        "title": ref.id,
+        "summary": record.get("summary"),
+        "description": record.get("description") or "",
+        "provider": record.get("provider") or None,
+        "hosts": list(record.get("hosts") or []),
+        "expiresAt": record.get("expires_at") or None,
+        "note": "Metadata only: secret values are never returned. Use the secret by name inside execute.",
+    }
+
+
+def failure(entity: str, exc: AgentSearchError) -> LookupFailure:
+    return LookupFailure(entity, exc.code, exc.message)
+
+
+def name_terms(*names: str) -> list[str]:
+    """The whole-identifier term of each name (``home-assistant`` -> ``homeassistant``), as ``link_terms`` holds it."""
+    return sorted({analyze(name)[0] for name in names if analyze(name)})
+
+
+def looks_like_uuid(text: str) -> bool:
+    return bool(_UUID.match(text))

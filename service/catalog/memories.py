@@ -1,0 +1,55 @@
+"""Auto-surfaced long-term memories for ranked queries: the caller's own, not archived, clearly relevant.
+
+A memory surfaces when the model finds it close (cosine at least ``MEMORY_COSINE``) or when most of
+the query's terms appear in it; archived or very weak matches never do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from service.auth import Caller
+from service.catalog.keys import COLLECTION, Kind
+from service.catalog.markdown import collapse_whitespace
+from service.catalog.ranking import why_matched
+from service.catalog.waiting import user_tenants
+from service.engine.store import Filter, Match, MatchAny, StoreError
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+MAX_MEMORIES = 3
+MEMORY_COSINE = 0.5
+MEMORY_TERM_SHARE = 0.6
+SUMMARY_CHARS = 160
+
+
+async def find_memories(engine: Engine, caller: Caller, q_terms: str, vector: list[float] | None) -> list[dict[str, Any]]:
+    """Up to ``MAX_MEMORIES`` one-liners: ``{id, summary, whyMatched, score}``."""
+    flt = Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.MEMORY.value)), must_not=(Match("archived", True),))
+    terms = q_terms.split()
+    found: dict[str, dict[str, Any]] = {}
+    if vector is not None and engine.embedders.default is not None:
+        try:
+            hits = await engine.store.search_dense(COLLECTION, engine.embedders.default.vector_name, vector, flt, limit=MAX_MEMORIES)
+        except StoreError:
+            hits = []
+        for hit in hits:
+            if hit.score >= MEMORY_COSINE:
+                found[str(hit.payload["key"])] = _one_liner(hit.payload, terms, hit.score)
+    if terms:
+        for hit in await engine.store.search_text(COLLECTION, q_terms, flt, limit=MAX_MEMORIES):
+            matched = why_matched(terms, hit.payload)
+            if len(matched) / len(terms) >= MEMORY_TERM_SHARE:
+                found.setdefault(str(hit.payload["key"]), _one_liner(hit.payload, terms, None))
+    ordered = sorted(found.values(), key=lambda m: -(m["score"] or 0.0))
+    return ordered[:MAX_MEMORIES]
+
+
+def _one_liner(payload: Any, terms: list[str], score: float | None) -> dict[str, Any]:
+    return {
+        "id": payload.get("entity_id"),
+        "summary": collapse_whitespace(str(payload.get("text", "")), SUMMARY_CHARS),
+        "whyMatched": list(why_matched(terms, payload)),
+        "score": round(score, 4) if score is not None else None,
+    }

@@ -1,0 +1,456 @@
+"""One catalog search, start to finish: the answer kinds of seed 000 and the phases that build them.
+
+    entity refs          -> entity detail (each ref on its own)
+    domain, no query     -> the domain's capabilities in curated order
+    empty / broad query  -> the domain index
+    exact package name   -> the package, alone (never competing with semantic hits)
+    anything else        -> ranked hits (+ memories, Jev rerank telemetry, the Waiting block)
+
+Phases run under a ``SearchClock``: the deadline is checked before each, so a search the request
+gave up on stops at its next phase; cancelling the task aborts an in-flight rerank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from service.auth import GLOBAL_TENANT, Caller
+from service.catalog import lookup, render
+from service.catalog.callshapes import export_contract
+from service.catalog.domains import (
+    DomainRow,
+    cached_builtin_domains,
+    domain_index,
+    is_broad,
+    list_domain,
+    mcp_domain_row,
+    mentioned_domains,
+    require_domain,
+)
+from service.catalog.identity import parse_identity, username_matches
+from service.catalog.keys import COLLECTION, RANKED_KINDS, SURFACE_NAME, Kind, server_of_domain
+from service.catalog.lookup import reconnect_step
+from service.catalog.memories import find_memories
+from service.catalog.ranking import Scored, apply_identity_bonus, arrange_exports, relevant_hits, retrieve, why_matched
+from service.catalog.refs import EntityRef, parse_entity_param
+from service.catalog.rerank import Candidate, RerankResult, rerank
+from service.catalog.state import catalog_state
+from service.catalog.timing import SearchClock
+from service.catalog.waiting import SHOWN_ITEMS, check_waiting, user_tenants
+from service.engine.records import tenant_filter
+from service.engine.store import Filter, Match, MatchAny
+from service.errors import AgentSearchError, FragmentNotFound, InvalidEntityRef, NotFound, ValidationError
+from service.ratelimit import RateLimitExceeded
+from service.validation import Fields
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 50
+DEFAULT_LISTING = 50
+MIN_RESPONSE_SIZE = 500
+MAX_RESPONSE_SIZE = 200_000
+# Entity detail budget when maxResponseSize is not given: a guide over it comes back as contents.
+DEFAULT_ENTITY_BUDGET = 24_000
+# Candidates the rerank stage sees (its clear-winner gate covers pools up to 20).
+RERANK_POOL = 20
+MAX_QUERY = 2_000
+CONTRACT_TOP = 3
+PAIRED_PACKAGES = 3
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str | None
+    domain: str | None
+    entity: list[tuple[str, EntityRef | str]] | None
+    limit: int | None
+    max_response_size: int | None
+    include_hidden: bool
+
+
+def parse_request(body: Any) -> SearchRequest:
+    """Validate the search body; 400 with what to fix (nothing is searched on bad input)."""
+    fields = Fields(body)
+    query = fields.str("query", max_length=MAX_QUERY)
+    domain = fields.str("domain", max_length=200)
+    raw_entity = fields.raw("entity")
+    limit = fields.int("limit", minimum=1, maximum=MAX_LIMIT)
+    max_size = fields.int("maxResponseSize", minimum=MIN_RESPONSE_SIZE, maximum=MAX_RESPONSE_SIZE)
+    include_hidden = fields.bool("includeHiddenPackages")
+    fields.reject_unknown()
+    if domain is not None and not domain.strip():
+        raise ValidationError("domain must not be empty; omit it to search every domain")
+    entity = None
+    if raw_entity is not None:
+        if query is not None or domain is not None:
+            raise ValidationError("entity cannot be combined with query or domain: look up refs, or search, in separate calls")
+        entity = parse_entity_param(raw_entity)
+    return SearchRequest(query, domain.strip() if domain else None, entity, limit, max_size, include_hidden)
+
+
+@dataclass
+class Answer:
+    """A search answer: the structured document (markdown is rendered from it) and how to send it."""
+
+    doc: dict[str, Any]
+    status: int = 200
+    error: AgentSearchError | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_error(self) -> bool:
+        return bool(self.doc.get("kind") == "error" or self.error is not None)
+
+
+@dataclass
+class SearchContext:
+    engine: Engine
+    caller: Caller
+    request: SearchRequest
+    clock: SearchClock
+
+    @property
+    def limit(self) -> int:
+        return self.request.limit or DEFAULT_LIMIT
+
+
+async def run_search(ctx: SearchContext) -> Answer:
+    with ctx.clock.phase("rateLimit"):
+        exceeded = await ctx.engine.rate_limiter.check(ctx.caller)
+    if exceeded is not None:
+        return rate_limited_answer(exceeded)
+    if ctx.request.entity is not None:
+        return await entity_answer(ctx, ctx.request.entity)
+    query = (ctx.request.query or "").strip()
+    domain = ctx.request.domain
+    with ctx.clock.phase("rowAndRegistryLoad"):
+        builtins = await cached_builtin_domains(ctx.engine)
+        row = await require_domain(ctx.engine, ctx.caller, domain, builtins) if domain is not None else None
+        named_mcp = await mcp_domain_row(ctx.engine, ctx.caller, query) if query.startswith("mcp:") else None
+    if row is not None:
+        if not query or is_broad(query, builtins, row.id):
+            return await domain_listing_answer(ctx, row)
+        return await ranked_answer(ctx, query, row)
+    if is_broad(query, builtins, named_mcp.id if named_mcp else None):
+        with ctx.clock.phase("rowAndRegistryLoad"):
+            rows = await domain_index(ctx.engine, ctx.caller)
+        return domain_index_answer(ctx, query, rows)
+    with ctx.clock.phase("identityResolution"):
+        exact = await exact_package_answer(ctx, query)
+    if exact is not None:
+        return exact
+    return await ranked_answer(ctx, query, None)
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+
+
+def rate_limited_answer(exceeded: RateLimitExceeded) -> Answer:
+    error = exceeded.error()
+    doc = {
+        "kind": "error",
+        "error": {"code": error.code, "message": error.message},
+        "rateLimit": exceeded.as_dict(),
+        "nextStep": f"Back off for {exceeded.retry_after_s}s before searching again.",
+    }
+    return Answer(doc, status=error.status, error=error, headers=dict(error.headers))
+
+
+def deadline_answer(deadline_s: float) -> Answer:
+    message = f"Search did not finish within {deadline_s:g}s. Retry once, then shorten the query or pass `domain`."
+    return Answer({"kind": "error", "error": {"code": "deadline_exceeded", "message": message}, "nextStep": "Retry once, then shorten the query or pass `domain`."})
+
+
+# ---- entity -------------------------------------------------------------------------------------------
+
+
+async def entity_answer(ctx: SearchContext, refs: Sequence[tuple[str, EntityRef | str]]) -> Answer:
+    budget = (ctx.request.max_response_size or DEFAULT_ENTITY_BUDGET) // len(refs)
+
+    async def one(text: str, ref: EntityRef | str) -> dict[str, Any]:
+        if isinstance(ref, str):
+            return lookup.LookupFailure(text, InvalidEntityRef.code, ref).as_dict()
+        try:
+            detail = await lookup.resolve(ctx.engine, ctx.caller, ref, budget)
+        except AgentSearchError as exc:
+            return lookup.failure(text, exc).as_dict()
+        return {"ok": True, **detail}
+
+    with ctx.clock.phase("entityLookup"):
+        results = list(await asyncio.gather(*(one(text, ref) for text, ref in refs)))
+    failed = [r for r in results if not r["ok"]]
+    doc: dict[str, Any] = {"kind": "entity", "results": results}
+    if failed and len(failed) < len(results):
+        doc["notices"] = [f"{len(failed)} of {len(results)} refs failed; the others resolved."]
+    if len(failed) == len(results):
+        first = failed[0]["error"]
+        error = _error_of(first["code"], "every entity ref failed: " + "; ".join(f"{f['entity']}: {f['error']['message']}" for f in failed))
+        doc["error"] = {"code": error.code, "message": error.message}
+        return Answer(doc, status=error.status, error=error)
+    next_step = _entity_next_step(results)
+    if next_step:
+        doc["nextStep"] = next_step
+    return Answer(doc)
+
+
+def _entity_next_step(results: Sequence[Mapping[str, Any]]) -> str | None:
+    for result in results:
+        if result.get("ok") and result.get("type") in ("capability", "package-export"):
+            return "Run the execute snippet with params matching the input type."
+        if result.get("ok") and result.get("type") == "mcp-server":
+            return f"Call a tool as kody.mcp[\"{result['title']}\"].<tool>(params), or open one with its capability ref."
+    return None
+
+
+def _error_of(code: str, message: str) -> AgentSearchError:
+    cls: type[AgentSearchError] = {InvalidEntityRef.code: InvalidEntityRef, FragmentNotFound.code: FragmentNotFound}.get(code, NotFound)
+    return cls(message)
+
+
+# ---- domains --------------------------------------------------------------------------------------------
+
+
+def domain_index_answer(ctx: SearchContext, query: str, rows: Sequence[DomainRow]) -> Answer:
+    first = mentioned_domains(query, rows) if query else []
+    ordered = sorted(rows, key=lambda r: r.id not in first)
+    doc: dict[str, Any] = {
+        "kind": "domain-index",
+        "query": query,
+        "results": [row.as_dict() for row in ordered],
+        "nextStep": 'Drill in with search({ query, domain }) to rank one domain, or search({ domain }) to list it, e.g. search({ domain: "'
+        + (ordered[0].id if ordered else "email")
+        + '" }).',
+    }
+    return fit(ctx, doc)
+
+
+async def domain_listing_answer(ctx: SearchContext, row: DomainRow) -> Answer:
+    with ctx.clock.phase("loadAndRank"):
+        items = await list_domain(ctx.engine, ctx.caller, row.id)
+    shown = items[: ctx.request.limit or DEFAULT_LISTING]
+    results = render.cards([Scored(p, None, 0.0, 0.0) for p in shown])
+    for result in results:
+        result.pop("score", None)
+        result.pop("whyMatched", None)
+    doc: dict[str, Any] = {"kind": "domain-listing", "domain": row.id, "description": row.description, "total": len(items), "results": results}
+    if len(items) > len(shown):
+        doc["notices"] = [f"{len(items) - len(shown)} more capabilities in `{row.id}`; pass a larger limit or a query with this domain."]
+    first = results[0]["entity"] if results else None
+    doc["nextStep"] = f'Open one with search({{ entity: "{first}" }}) or call it from execute using its call shape.' if first else "This domain has no capabilities."
+    return fit(ctx, doc)
+
+
+# ---- exact package identity --------------------------------------------------------------------------------
+
+
+async def exact_package_answer(ctx: SearchContext, query: str) -> Answer | None:
+    identity = parse_identity(query)
+    if identity is None:
+        return None
+    package = await lookup.find_package(ctx.engine, ctx.caller, identity.ident)
+    if package is None or not username_matches(identity, ctx.caller.sub, package.get("name_scope")):
+        return None
+    if package.get("hidden") and not ctx.request.include_hidden:
+        return None
+    for name in {str(package.get("name_leaf")), str(package.get("package_id"))}:
+        if await lookup.user_record(ctx.engine, ctx.caller, Kind.MCP_SERVER, name) is not None:
+            return None  # it also names a connected MCP server: rank so both appear together
+    hit = Scored(package, None, 0.0, 1.0, (f"exact {identity.form}: {identity.ident}",), {"exact": True})
+    doc: dict[str, Any] = {
+        "kind": "exact-package",
+        "query": query,
+        "mode": "exact",
+        "results": render.cards([hit]),
+        "nextStep": f'Open the package index with search({{ entity: "{package.get("entity")}" }}); for capabilities, describe the task instead.',
+    }
+    return fit(ctx, doc)
+
+
+# ---- ranked -------------------------------------------------------------------------------------------------
+
+
+def ranked_filter(caller: Caller, domain: DomainRow | None, include_hidden: bool) -> Filter:
+    if domain is not None:
+        server = server_of_domain(domain.id)
+        if server is not None:
+            return Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.MCP_TOOL.value), Match("server", server)))
+        return Filter(must=(Match("tenant", GLOBAL_TENANT), Match("kind", Kind.CAPABILITY.value), Match("domain", domain.id)))
+    flt = tenant_filter(caller.tenants).and_(MatchAny("kind", RANKED_KINDS), Match("ranked", True))
+    if not include_hidden:
+        flt = Filter(must=flt.must, must_not=(Match("hidden", True),))
+    return flt
+
+
+async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None) -> Answer:
+    engine, caller = ctx.engine, ctx.caller
+    state = catalog_state(engine)
+    with ctx.clock.phase("featureFlags"):
+        flag_on = engine.settings.rerank_enabled
+    with ctx.clock.phase("loadAndRank"):
+        retrieval = await retrieve(engine, query, ranked_filter(caller, domain, ctx.request.include_hidden))
+        candidates = relevant_hits(retrieval.hits)
+        apply_identity_bonus(candidates, query)
+        q_terms = retrieval.query_terms.split()
+        parents = await _export_parents(engine, candidates, ctx.request.include_hidden)
+        arranged = arrange_exports(candidates, q_terms, parents)
+        if domain is None:
+            arranged = await _pair_with_servers(engine, caller, arranged, ctx.request.include_hidden)
+        pool = arranged[: max(ctx.limit, RERANK_POOL)]
+    memories: list[dict[str, Any]] = []
+    if domain is None:
+        with ctx.clock.phase("memoryEnrichment"):
+            memories = await find_memories(engine, caller, retrieval.query_terms, retrieval.vector)
+    with ctx.clock.phase("jevRerank"):
+        result = await rerank(
+            query,
+            [_candidate(hit) for hit in pool],
+            plan=caller.plan,
+            flag_on=flag_on,
+            scorer=state.scorer,
+            budget_s=engine.settings.rerank_budget_s,
+        )
+    hits = _reorder(pool, result)[: ctx.limit]
+    for hit in hits:
+        hit.why = hit.why or why_matched(q_terms, hit.payload)
+    _attach_extras(hits)
+    waiting: dict[str, Any] | None = None
+    timed_out = False
+    if domain is None:
+        with ctx.clock.phase("waitingItems"):
+            outcome = await check_waiting(state.waiting_source, engine, caller)
+        timed_out = outcome.timed_out
+        waiting = _waiting_block(outcome.items, caller) if outcome.items else None
+    doc: dict[str, Any] = {
+        "kind": "ranked",
+        "query": query,
+        "domain": domain.id if domain else None,
+        "mode": retrieval.mode,
+        "results": render.cards(hits),
+        "memories": memories,
+        "notices": list(retrieval.notices),
+        "telemetry": {"jevRerank": result.telemetry},
+        "phaseTimings": {
+            "loadAndRankMs": ctx.clock.phase_ms("loadAndRank"),
+            "memoryEnrichmentMs": ctx.clock.phase_ms("memoryEnrichment"),
+            "jevRerankMs": round(result.duration_ms, 3),
+            "waitingItemsMs": ctx.clock.phase_ms("waitingItems"),
+            "waitingItemsTimedOut": timed_out,
+        },
+    }
+    if result.scores:
+        for card, hit in zip(doc["results"], hits, strict=True):
+            if str(hit.payload.get("key")) in result.scores:
+                card["rerankScore"] = round(result.scores[str(hit.payload["key"])], 4)
+    if waiting:
+        doc["waiting"] = waiting
+    doc["nextStep"] = _ranked_next_step(doc["results"])
+    return fit(ctx, doc)
+
+
+async def _export_parents(engine: Engine, candidates: Sequence[Scored], include_hidden: bool) -> dict[str, Mapping[str, Any]]:
+    """Package payloads of export candidates whose package did not rank by itself (visible ones only)."""
+    package, export = Kind.PACKAGE.value, Kind.EXPORT.value
+    ranked_packages = {str(c.payload.get("package_id")) for c in candidates if c.kind == package}
+    wanted = {
+        f"{c.payload['tenant']}|{package}|{c.payload['package_id']}": str(c.payload["package_id"])
+        for c in candidates
+        if c.kind == export and str(c.payload.get("package_id")) not in ranked_packages
+    }
+    if not wanted:
+        return {}
+    found = await engine.records(SURFACE_NAME).get_many(list(wanted))
+    return {wanted[key]: payload for key, payload in found.items() if include_hidden or not payload.get("hidden")}
+
+
+async def _pair_with_servers(engine: Engine, caller: Caller, hits: list[Scored], include_hidden: bool) -> list[Scored]:
+    """Place the caller's packages that match a connected MCP server right after that server's hit."""
+    servers = [h for h in hits if h.kind == Kind.MCP_SERVER.value]
+    if not servers:
+        return hits
+    out = list(hits)
+    for server in servers:
+        terms = lookup.name_terms(str(server.payload.get("server")))
+        if not terms:
+            continue
+        must_not = () if include_hidden else (Match("hidden", True),)
+        flt = Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.PACKAGE.value), MatchAny("link_terms", tuple(terms))), must_not=must_not)
+        page, _ = await engine.store.scroll(COLLECTION, flt, limit=PAIRED_PACKAGES)
+        position = out.index(server)
+        for point in page:
+            key = point.payload.get("key")
+            existing = next((i for i, h in enumerate(out) if h.payload.get("key") == key), None)
+            if existing is not None and existing < position:
+                continue
+            paired = out.pop(existing) if existing is not None else Scored(point.payload, None, 0.0, server.score, server.why)
+            paired.extras["rankedWith"] = server.entity
+            paired.extras.setdefault("bestActions", [])
+            position = out.index(server)
+            out.insert(position + 1, paired)
+    return out
+
+
+def _candidate(hit: Scored) -> Candidate:
+    payload = hit.payload
+    text = f"{payload.get('title')}: {payload.get('summary') or ''} {str(payload.get('description') or '')[:300]}".strip()
+    identity = tuple(str(payload.get(k)).lower() for k in ("entity_id", "name_leaf", "name", "tool", "server") if payload.get(k))
+    return Candidate(ref=str(payload.get("key")), text=text, score=hit.score, identity_terms=identity)
+
+
+def _reorder(pool: Sequence[Scored], result: RerankResult) -> list[Scored]:
+    by_key = {str(h.payload.get("key")): h for h in pool}
+    return [by_key[c.ref] for c in result.candidates if c.ref in by_key]
+
+
+def _attach_extras(hits: Sequence[Scored]) -> None:
+    """Inline export contracts on high-confidence top hits; reconnect steps on integration hits."""
+    for position, hit in enumerate(hits):
+        if hit.kind == Kind.EXPORT.value and position < CONTRACT_TOP and hit.extras.get("highConfidence"):
+            hit.extras["contract"] = export_contract(hit.payload)
+        if hit.kind == Kind.INTEGRATION.value:
+            step = reconnect_step(hit.payload)
+            if step:
+                hit.extras["nextStep"] = step
+
+
+def _waiting_block(items: Sequence[Mapping[str, Any]], caller: Caller) -> dict[str, Any]:
+    more = max(0, len(items) - SHOWN_ITEMS)
+    return {
+        "items": list(items[:SHOWN_ITEMS]),
+        "more": more,
+        "total": len(items),
+        "summary": f"call waitingSummary for the full list, or open /@{caller.sub}/-/waiting",
+    }
+
+
+def _ranked_next_step(results: Sequence[Mapping[str, Any]]) -> str:
+    if not results:
+        return "Rephrase the query as a short task, or call search({}) for the domain index and search({ domain }) to list one domain."
+    top = results[0]
+    if top.get("contract"):
+        return f"Run the inlined execute snippet of {top['entity']}, or open it with search({{ entity: \"{top['entity']}\" }})."
+    if top.get("callShape"):
+        return f"Call {top['callShape'].split('(')[0]}(params) from execute, or open search({{ entity: \"{top['entity']}\" }}) for its types."
+    return f'Open the top hit with search({{ entity: "{top["entity"]}" }}).'
+
+
+# ---- size ------------------------------------------------------------------------------------------------------
+
+
+def fit(ctx: SearchContext, doc: dict[str, Any]) -> Answer:
+    """Trim low-ranked results until the markdown fits ``maxResponseSize`` (memories and waiting stay)."""
+    max_size = ctx.request.max_response_size
+    if max_size is None:
+        return Answer(doc)
+    results = doc.get("results") or []
+    notices = list(doc.get("notices") or [])
+    trimmed = 0
+    while len(render.content_of(doc)) > max_size and results:
+        results.pop()
+        trimmed += 1
+        doc["notices"] = [*notices, f"{trimmed} lower-ranked matches trimmed to fit maxResponseSize={max_size}."]
+    return Answer(doc)

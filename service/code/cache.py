@@ -1,0 +1,197 @@
+"""The chunk cache of one workspace on disk (SQLite): each file's size and mtime, and its chunks.
+
+It is the record of what is indexed: a file whose size and mtime match its row is not read again;
+the trigram index is derived from it; the store's points carry the same keys. A batch of files
+is committed here last, after the store and the trigram index, so a crash in between only makes
+the next revalidation redo that batch (every write before it is idempotent).
+
+SQLite is in the standard library, survives crashes (WAL journal), and lets a search read a few
+chunk texts by key or scan a directory's chunks in path order without loading the whole cache.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CACHE_FILE = "chunks.sqlite"
+SCHEMA_VERSION = 1
+_IN_BATCH = 500  # keys per "IN (...)" query, under SQLite's variable limit
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    key TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    symbol TEXT,
+    chunk_hash TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks (path, start_line);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedChunk:
+    """One chunk as cached; ``content_hash`` is the record's (text and model), ``chunk_hash`` the text's."""
+
+    key: str
+    path: str
+    start_line: int
+    end_line: int
+    kind: str
+    symbol: str | None
+    chunk_hash: str
+    content_hash: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    path: str
+    size: int
+    mtime_ns: int
+
+
+_COLUMNS = "key, path, start_line, end_line, kind, symbol, chunk_hash, content_hash, text"
+
+
+def _row(row: Sequence[Any]) -> CachedChunk:
+    return CachedChunk(*row)
+
+
+class ChunkCache:
+    """One workspace's cache file. Use from one thread (the event loop)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / CACHE_FILE
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        if self.get_meta("schema") not in (None, SCHEMA_VERSION):
+            self.clear()
+        self.set_meta("schema", SCHEMA_VERSION)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ---- files -----------------------------------------------------------------------------
+
+    def file_states(self) -> dict[str, tuple[int, int]]:
+        return {path: (size, mtime) for path, size, mtime in self._db.execute("SELECT path, size, mtime_ns FROM files")}
+
+    def file_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM files").fetchone()[0])
+
+    def chunk_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+
+    def paths(self) -> list[str]:
+        return [row[0] for row in self._db.execute("SELECT path FROM files ORDER BY path")]
+
+    # ---- chunks ----------------------------------------------------------------------------
+
+    def chunks_of(self, paths: Iterable[str]) -> dict[str, list[CachedChunk]]:
+        """Every cached chunk of ``paths``, by path, in line order."""
+        found: dict[str, list[CachedChunk]] = {}
+        for batch in _batches(list(paths)):
+            marks = ",".join("?" * len(batch))
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM chunks WHERE path IN ({marks}) ORDER BY path, start_line", batch)
+            for row in rows:
+                chunk = _row(row)
+                found.setdefault(chunk.path, []).append(chunk)
+        return found
+
+    def by_keys(self, keys: Iterable[str]) -> dict[str, CachedChunk]:
+        found: dict[str, CachedChunk] = {}
+        for batch in _batches(list(keys)):
+            marks = ",".join("?" * len(batch))
+            for row in self._db.execute(f"SELECT {_COLUMNS} FROM chunks WHERE key IN ({marks})", batch):
+                found[row[0]] = _row(row)
+        return found
+
+    def iter_chunks(self, prefix: str = "", *, batch: int = 512) -> Iterator[list[CachedChunk]]:
+        """Chunks in (path, line) order, in batches; ``prefix`` limits them to one file or directory."""
+        if prefix:
+            # Paths under "a/b/" sort between "a/b/" and "a/b0" ('0' follows '/'); plus the file "a/b".
+            query = f"SELECT {_COLUMNS} FROM chunks WHERE path = ? OR (path >= ? AND path < ?) ORDER BY path, start_line"
+            cursor = self._db.execute(query, (prefix, prefix + "/", prefix + "0"))
+        else:
+            cursor = self._db.execute(f"SELECT {_COLUMNS} FROM chunks ORDER BY path, start_line")
+        while rows := cursor.fetchmany(batch):
+            yield [_row(row) for row in rows]
+
+    # ---- writes: one transaction per batch of files ------------------------------------------
+
+    def replace_files(self, files: Sequence[FileState], chunks: Sequence[CachedChunk], deleted: Sequence[str] = ()) -> None:
+        """Set the rows of ``files`` (their chunks replaced by ``chunks``) and drop ``deleted`` files."""
+        with _transaction(self._db):
+            gone = [*deleted, *(f.path for f in files)]
+            for batch in _batches(gone):
+                marks = ",".join("?" * len(batch))
+                self._db.execute(f"DELETE FROM chunks WHERE path IN ({marks})", batch)
+            for batch in _batches(list(deleted)):
+                marks = ",".join("?" * len(batch))
+                self._db.execute(f"DELETE FROM files WHERE path IN ({marks})", batch)
+            self._db.executemany(
+                "INSERT OR REPLACE INTO files (path, size, mtime_ns) VALUES (?, ?, ?)",
+                [(f.path, f.size, f.mtime_ns) for f in files],
+            )
+            self._db.executemany(
+                f"INSERT OR REPLACE INTO chunks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (c.key, c.path, c.start_line, c.end_line, c.kind, c.symbol, c.chunk_hash, c.content_hash, c.text)
+                    for c in chunks
+                ],
+            )
+
+    def clear(self) -> None:
+        with _transaction(self._db):
+            self._db.execute("DELETE FROM chunks")
+            self._db.execute("DELETE FROM files")
+            self._db.execute("DELETE FROM meta WHERE name != 'schema'")
+
+    # ---- meta --------------------------------------------------------------------------------
+
+    def get_meta(self, name: str) -> Any:
+        row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", (name, json.dumps(value)))
+
+
+class _transaction:
+    """BEGIN ... COMMIT, ROLLBACK on any error (the connection runs in autocommit mode)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN")
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+def _batches(items: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(items), _IN_BATCH):
+        yield items[start : start + _IN_BATCH]

@@ -1,0 +1,312 @@
+"""Revalidating a workspace: walk it, re-chunk changed files, and bring the store, the trigram index
+and the chunk cache in line, writing only what changed.
+
+One pass (``sync``):
+1. walk the tree (``walker.py``) and compare each file's size and mtime with the cache;
+2. deleted files: their points, trigram documents and cache rows go;
+3. new and changed files, in batches: chunk them (on the event loop, yielding between files:
+   tree-sitter holds the GIL, so a thread would stall the loop anyway), then per batch
+   - store: delete the keys the files no longer have, create points for new keys (``cold``, or
+     ``pending`` and queued for embedding when the workspace is warm), update the line numbers of
+     kept keys (a chunk moved by an edit above it keeps its key and its vector);
+   - trigram index: replace the files' documents, commit (in a thread: tantivy releases the GIL);
+   - cache: replace the files' rows, last (see ``cache.py`` on crash safety).
+A ``deadline`` stops between batches; the rest stays "changed" for the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from service.code.cache import CachedChunk, FileState
+from service.code.chunker import chunk_file
+from service.code.model import (
+    COLD,
+    COLLECTION,
+    RECORD_KIND,
+    SURFACE_NAME,
+    chunk_key,
+    chunk_terms,
+    dirs_of,
+    embed_text_of,
+)
+from service.code.trigram import TrigramIndex
+from service.code.walker import WalkedFile, WalkResult, walk
+from service.engine.records import PENDING, content_hash
+from service.engine.store import PointRecord, point_id
+
+if TYPE_CHECKING:
+    from service.code.runtime import WorkspaceRuntime
+    from service.engine.runtime import Engine
+
+log = logging.getLogger(__name__)
+
+# A batch commits the store, the trigram index and the cache together: big enough to amortize a
+# trigram commit, small enough that a deadline or a crash loses little work.
+BATCH_FILES = 200
+BATCH_CHUNKS = 4_000
+# How long chunking runs on the event loop before yielding to queued requests.
+YIELD_EVERY_S = 0.02
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class SyncReport:
+    """What one revalidation did. ``to_embed``: new chunks queued for embedding (warm workspaces)."""
+
+    files_seen: int = 0
+    files_added: int = 0
+    files_changed: int = 0
+    files_deleted: int = 0
+    files_unchanged: int = 0
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    chunks_kept: int = 0
+    chunks_moved: int = 0
+    to_embed: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    complete: bool = True
+    files_left: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def changed_anything(self) -> bool:
+        return bool(self.files_added or self.files_changed or self.files_deleted)
+
+
+def skip_counts(result: WalkResult) -> dict[str, int]:
+    return {
+        "binary": result.skipped_binary,
+        "too_large": result.skipped_too_large,
+        "ignored": result.skipped_ignored,
+        "symlinks": result.skipped_symlinks,
+        "unreadable": result.skipped_unreadable,
+        "pruned_dirs": result.pruned_dirs,
+    }
+
+
+async def sync(engine: Engine, runtime: WorkspaceRuntime, *, deadline: float | None = None, progress: Progress | None = None) -> SyncReport:
+    """Bring the workspace's index in line with its tree (see the module docstring)."""
+    started = time.monotonic()
+    workspace = runtime.workspace
+    walked = await asyncio.to_thread(walk, workspace.root, workspace.search.skip_dirs, engine.settings.max_file_bytes)
+    known = runtime.cache.file_states()
+    current = {f.path: f for f in walked.files}
+    deleted = sorted(path for path in known if path not in current)
+    changed = [f for f in walked.files if known.get(f.path) != (f.size, f.mtime_ns)]
+    report = SyncReport(files_seen=len(walked.files), skipped=skip_counts(walked))
+    report.files_unchanged = len(walked.files) - len(changed)
+    runtime.cache.set_meta("skipped", report.skipped)
+    if not deleted and not changed:
+        runtime.cache.set_meta("complete", True)
+        report.seconds = time.monotonic() - started
+        return report
+    writer = _ChangeWriter(engine, runtime, report)
+    try:
+        if deleted:
+            await writer.apply([], deleted)
+            report.files_deleted = len(deleted)
+        done = 0
+        total = len(changed)
+        if progress is not None:
+            progress(0, total)
+        for batch in _batches(changed):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            files, chunks = await _chunk_files(runtime.workspace.root, batch, runtime, known)
+            await writer.apply(files, [f.path for f in batch if f not in files], chunks)
+            report.files_added += sum(1 for f in files if f.path not in known)
+            report.files_changed += sum(1 for f in files if f.path in known)
+            done += len(batch)
+            if progress is not None:
+                progress(done, total)
+        report.files_left = total - done
+        report.complete = report.files_left == 0
+    finally:
+        await writer.close()
+    runtime.cache.set_meta("complete", report.complete)
+    report.seconds = time.monotonic() - started
+    log.info("workspace revalidated", extra={"workspace": workspace.id, **{k: v for k, v in report.as_dict().items() if k != "skipped"}})
+    return report
+
+
+def _batches(files: Sequence[WalkedFile]) -> list[list[WalkedFile]]:
+    batches: list[list[WalkedFile]] = []
+    current: list[WalkedFile] = []
+    size = 0
+    for walked in files:
+        current.append(walked)
+        size += walked.size
+        # ~1.3 KB a chunk: bound a batch by bytes as well as files.
+        if len(current) >= BATCH_FILES or size >= BATCH_CHUNKS * 1_300:
+            batches.append(current)
+            current, size = [], 0
+    if current:
+        batches.append(current)
+    return batches
+
+
+async def _chunk_files(
+    root: Path, batch: Sequence[WalkedFile], runtime: WorkspaceRuntime, known: dict[str, tuple[int, int]]
+) -> tuple[list[WalkedFile], list[CachedChunk]]:
+    """Chunk the readable files of ``batch`` with their keys; a file that vanished is left out."""
+    files: list[WalkedFile] = []
+    chunks: list[CachedChunk] = []
+    workspace = runtime.workspace
+    last_yield = time.monotonic()
+    for walked in batch:
+        try:
+            text = (root / walked.path).read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            continue  # deleted or unreadable since the walk: treated as deleted
+        files.append(walked)
+        occurrences: dict[str, int] = {}
+        for chunk in chunk_file(walked.path, text):
+            seen = occurrences.get(chunk.content_hash, 0)
+            occurrences[chunk.content_hash] = seen + 1
+            key = chunk_key(workspace.id, walked.path, chunk.content_hash, seen)
+            record_hash = content_hash(embed_text_of(walked.path, chunk.text), workspace.embed_model)
+            chunks.append(
+                CachedChunk(key, walked.path, chunk.start_line, chunk.end_line, chunk.kind.value, chunk.symbol, chunk.content_hash, record_hash, chunk.text)
+            )
+        if time.monotonic() - last_yield > YIELD_EVERY_S:
+            await asyncio.sleep(0)
+            last_yield = time.monotonic()
+    return files, chunks
+
+
+class _ChangeWriter:
+    """Applies batches of file changes to the store, the trigram index and the cache, in that order."""
+
+    def __init__(self, engine: Engine, runtime: WorkspaceRuntime, report: SyncReport) -> None:
+        self.engine = engine
+        self.runtime = runtime
+        self.report = report
+        self._trigram: TrigramIndex | None = None
+        self._commit: asyncio.Future[None] | None = None
+
+    async def apply(self, files: Sequence[WalkedFile], deleted: Sequence[str], chunks: Sequence[CachedChunk] = ()) -> None:
+        cache = self.runtime.cache
+        paths = [*deleted, *(f.path for f in files)]
+        old = {c.key: c for cs in cache.chunks_of(paths).values() for c in cs}
+        new = {c.key: c for c in chunks}
+        removed = [key for key in old if key not in new]
+        added = [c for key, c in new.items() if key not in old]
+        moved = [c for key, c in new.items() if key in old and (old[key].start_line, old[key].end_line) != (c.start_line, c.end_line)]
+        store = self.engine.store
+        if removed:
+            await store.delete(COLLECTION, [point_id(COLLECTION, key) for key in removed])
+        queued = await self._write_points(added, moved)
+        await self._write_trigram(paths, chunks)
+        states = [FileState(f.path, f.size, f.mtime_ns) for f in files]
+        cache.replace_files(states, list(chunks), deleted)
+        self.report.chunks_removed += len(removed)
+        self.report.chunks_added += len(added)
+        self.report.chunks_kept += len(new) - len(added)
+        self.report.chunks_moved += len(moved)
+        self.report.to_embed += queued
+
+    async def _write_points(self, added: Sequence[CachedChunk], moved: Sequence[CachedChunk]) -> int:
+        """Create points for new keys (keeping any that exist: a redone batch), re-line moved ones."""
+        store = self.engine.store
+        workspace = self.runtime.workspace
+        ids = {point_id(COLLECTION, c.key): c for c in added}
+        existing = {p.id: p.payload for p in await store.retrieve(COLLECTION, list(ids))} if ids else {}
+        state = PENDING if workspace.warm else COLD
+        fresh = [PointRecord(id=pid, payload=chunk_payload(workspace.id, workspace.tenant, workspace.embed_model, c, state)) for pid, c in ids.items() if pid not in existing]
+        if fresh:
+            await store.upsert(COLLECTION, fresh)
+        relined = [*moved, *(c for pid, c in ids.items() if pid in existing)]
+        for chunk in relined:
+            await store.set_payload(COLLECTION, [point_id(COLLECTION, chunk.key)], {"start_line": chunk.start_line, "end_line": chunk.end_line})
+        if workspace.warm and fresh:
+            items = [(str(p.payload["key"]), str(p.payload["content_hash"])) for p in fresh]
+            await enqueue_embedding(self.engine, items)
+            return len(items)
+        return 0
+
+    async def _write_trigram(self, paths: Sequence[str], chunks: Sequence[CachedChunk]) -> None:
+        if self._trigram is None:
+            self._trigram = TrigramIndex.open(self.runtime.trigram_dir)
+        self._trigram.delete_paths(paths)
+        self._trigram.add((c.key, c.path, c.text) for c in chunks)
+        # commit() waits for tantivy's indexing thread without holding the GIL: run it off the loop.
+        self._commit = asyncio.ensure_future(asyncio.to_thread(self._trigram.commit))
+        await asyncio.shield(self._commit)
+        self.runtime.trigram.reload()
+
+    async def close(self) -> None:
+        if self._commit is not None and not self._commit.done():
+            await asyncio.wait([self._commit])  # never roll back under a commit running in its thread
+        if self._trigram is not None:
+            self._trigram.close()
+            self._trigram = None
+
+
+def chunk_payload(workspace_id: str, tenant: str, embed_model: str | None, chunk: CachedChunk, state: str) -> dict[str, Any]:
+    """The payload of a new chunk point: the record fields and the code surface's own."""
+    payload: dict[str, Any] = {
+        "tenant": tenant,
+        "kind": RECORD_KIND,
+        "key": chunk.key,
+        "terms": chunk_terms(chunk.text),
+        "embed_text": embed_text_of(chunk.path, chunk.text),
+        "content_hash": chunk.content_hash,
+        "embed_state": state,
+        "workspace": workspace_id,
+        "path": chunk.path,
+        "dirs": dirs_of(chunk.path),
+        "start_line": chunk.start_line,
+        "end_line": chunk.end_line,
+        "chunk_kind": chunk.kind,
+        "symbol": chunk.symbol,
+    }
+    if state == PENDING:
+        payload["pending_since"] = int(time.time())  # the sweeper re-enqueues it once this is old
+    if embed_model:
+        payload["embed_model"] = embed_model
+    return payload
+
+
+async def enqueue_embedding(engine: Engine, items: Sequence[tuple[str, str]]) -> bool:
+    """Queue embed jobs for (key, content hash) items, each job under an id of its own.
+
+    ``RecordIndex.enqueue_embedding`` names a job after its items, and arq drops an id whose
+    result it still keeps (an hour): a chunk edited back to a text embedded earlier (an undo),
+    or a workspace registered again after a delete, would then stay pending. Code changes
+    back and forth, so its jobs carry a nonce; the job itself skips stale items."""
+    ok = True
+    size = engine.settings.embeddings_batch_size
+    for start in range(0, len(items), size):
+        batch = [list(item) for item in items[start : start + size]]
+        job_id = f"{engine.queue.names.prefix}:embed:{SURFACE_NAME}:{uuid.uuid4().hex}"
+        ok = await engine.queue.enqueue("embed_records", COLLECTION, batch, job_id=job_id) is not None and ok
+    return ok
+
+
+async def rebuild_trigram(runtime: WorkspaceRuntime) -> int:
+    """Re-derive the trigram index from the cache (after a crash left the two apart)."""
+    shutil.rmtree(runtime.trigram_dir, ignore_errors=True)
+    index = TrigramIndex.open(runtime.trigram_dir)
+    try:
+        added = 0
+        for rows in runtime.cache.iter_chunks():
+            added += index.add((c.key, c.path, c.text) for c in rows)
+            await asyncio.sleep(0)
+        await asyncio.to_thread(index.commit)
+    finally:
+        index.close()
+    runtime.trigram = TrigramIndex.open(runtime.trigram_dir, writable=False)
+    return added

@@ -1,0 +1,50 @@
+"""The code surface's arq jobs (fast queue): build a workspace's index, and warm it.
+
+Both are resumable: a revalidation commits batch by batch, so a job whose time runs out asks arq
+to run it again (``Retry``) and the next try continues with the files not yet indexed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from arq import Retry
+
+from service.code.semantic import IndexNotComplete, index_workspace, warm
+from service.engine.runtime import Engine
+from service.engine.store import StoreError
+
+log = logging.getLogger(__name__)
+
+# Leave the job this much of arq's timeout to commit its last batch and return.
+TIMEOUT_MARGIN_S = 15.0
+
+
+def _deadline(engine: Engine) -> float:
+    return time.monotonic() + max(engine.settings.job_timeout_s - TIMEOUT_MARGIN_S, 10.0)
+
+
+def _retry(ctx: dict[str, Any], workspace_id: str, exc: Exception) -> Retry:
+    defer = 1 if isinstance(exc, IndexNotComplete) else min(5 * 2 ** (int(ctx.get("job_try", 1)) - 1), 120)
+    log.info("workspace job continues later", extra={"workspace": workspace_id, "reason": type(exc).__name__, "try": ctx.get("job_try")})
+    return Retry(defer=defer)
+
+
+async def index_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[str, int]:
+    """Index (or revalidate) the workspace; with ``prewarm_embeddings``, warm it too."""
+    engine: Engine = ctx["engine"]
+    try:
+        return await index_workspace(engine, workspace_id, deadline=_deadline(engine))
+    except (IndexNotComplete, StoreError) as exc:
+        raise _retry(ctx, workspace_id, exc) from exc
+
+
+async def warm_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[str, int]:
+    """Seed 002's background warming after a cold broad fallback: queue every cold chunk for embedding."""
+    engine: Engine = ctx["engine"]
+    try:
+        return {"queued": await warm(engine, workspace_id, deadline=_deadline(engine))}
+    except (IndexNotComplete, StoreError) as exc:
+        raise _retry(ctx, workspace_id, exc) from exc

@@ -1,0 +1,212 @@
+"""The lexical passes: ranked chunk-aware text search, and regex search (always lexical).
+
+Ranked: BM25 over the chunks' analyzed terms in the store (scope applied in the engine filter),
+plus the chunks holding the query as a literal (case-insensitive; found through the trigram
+index and verified), which rank first. Inside each chunk, the lines that hold the literal, or
+else the most query terms, are the line-level matches shown as ``path:line:snippet``.
+
+Regex: the trigram index proposes candidate chunks (or none can be required: every chunk in
+scope), ``find_line_matches`` verifies each within the time budget, in path and line order as
+``grep -rn`` prints them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import regex
+
+from service.code.cache import CachedChunk
+from service.code.model import COLLECTION
+from service.code.runtime import WorkspaceRuntime
+from service.code.scope import Scope
+from service.code.trigram import RegexTimeout, find_line_matches
+from service.engine.analyzer import analyze, query_terms
+from service.engine.store import Filter, Store
+
+LITERAL_CANDIDATES = 2_000
+REGEX_CANDIDATES = 20_000
+_NON_ALNUM = re.compile(r"[^0-9a-z]+")
+
+
+@dataclass
+class ChunkHit:
+    """One chunk found by a pass, with its evidence from each."""
+
+    chunk: CachedChunk
+    bm25: float = 0.0
+    exact: bool = False
+    lexical_rank: int | None = None
+    semantic_rank: int | None = None
+    semantic_score: float = 0.0
+    fused: float = 0.0
+    category: str = "source"
+    weight: float = 1.0
+    score: float = 0.0
+    lines: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        if self.lexical_rank is not None and self.semantic_rank is not None:
+            return "merged"
+        return "lexical" if self.lexical_rank is not None else "semantic"
+
+
+@dataclass(frozen=True)
+class QueryText:
+    """A query as the lexical pass reads it: the literal and the analyzed terms."""
+
+    literal: str
+    terms: str
+
+    @classmethod
+    def of(cls, query: str) -> QueryText:
+        return cls(literal=query.strip(), terms=query_terms(query))
+
+    @property
+    def term_set(self) -> frozenset[str]:
+        return frozenset(self.terms.split())
+
+
+async def ranked_lexical(store: Store, runtime: WorkspaceRuntime, flt: Filter, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
+    """Chunks in scope ranked lexically: literal holders first, then by BM25."""
+    hits = await store.search_text(COLLECTION, query.terms, flt, limit=depth) if query.terms else []
+    bm25 = {str(hit.payload.get("key")): hit.score for hit in hits}
+    literal_keys = runtime.trigram.candidates_literal(query.literal, LITERAL_CANDIDATES) or []
+    chunks = runtime.cache.by_keys([*bm25, *literal_keys])
+    needle = query.literal.lower()
+    found: list[ChunkHit] = []
+    for key, chunk in chunks.items():
+        if not scope.contains(chunk.path):
+            continue
+        exact = bool(needle) and needle in chunk.text.lower()
+        if key not in bm25 and not exact:
+            continue  # a trigram candidate that does not hold the literal
+        found.append(ChunkHit(chunk=chunk, bm25=bm25.get(key, 0.0), exact=exact))
+    found.sort(key=lambda h: (not h.exact, -h.bm25, h.chunk.path, h.chunk.start_line))
+    ranked = found[:depth]
+    for rank, hit in enumerate(ranked, start=1):
+        hit.lexical_rank = rank
+    return ranked
+
+
+def matching_lines(chunk: CachedChunk, query: QueryText, max_lines: int) -> list[tuple[int, str]]:
+    """The chunk's lines that hold the literal, or else the most query terms (line order)."""
+    needle = query.literal.lower()
+    lines = chunk.text.split("\n")
+    exact = [(chunk.start_line + i, line) for i, line in enumerate(lines) if needle and needle in line.lower()]
+    if exact:
+        return exact[:max_lines]
+    wanted = query.term_set
+    if not wanted:
+        return []
+    scored: list[tuple[int, int, str]] = []
+    for i, line in enumerate(lines):
+        compact = _NON_ALNUM.sub("", line.lower())
+        if not any(term in compact for term in wanted):
+            continue  # a cheap test before the analyzer: every term of a line is a substring of it
+        overlap = len(wanted.intersection(analyze(line)))
+        if overlap:
+            scored.append((overlap, chunk.start_line + i, line))
+    best = sorted(scored, key=lambda s: (-s[0], s[1]))[:max_lines]
+    return [(line_no, line) for _, line_no, line in sorted(best, key=lambda s: s[1])]
+
+
+def anchor_line(chunk: CachedChunk) -> tuple[int, str]:
+    """The line that best names a chunk: its symbol's declaration, else its first non-blank line."""
+    lines = chunk.text.split("\n")
+    if chunk.symbol:
+        name = chunk.symbol.rsplit(".", 1)[-1]
+        for i, line in enumerate(lines):
+            if name and name in line:
+                return chunk.start_line + i, line
+    for i, line in enumerate(lines):
+        if line.strip():
+            return chunk.start_line + i, line
+    return chunk.start_line, lines[0] if lines else ""
+
+
+# ---- regex -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineMatch:
+    chunk: CachedChunk
+    line: int
+    text: str
+
+
+@dataclass
+class RegexOutcome:
+    matches: list[LineMatch] = field(default_factory=list)
+    chunks_scanned: int = 0
+    candidates: int | None = None  # None: no trigram could be required, every chunk was scanned
+    timed_out: bool = False
+    truncated: bool = False
+
+
+async def regex_search(
+    runtime: WorkspaceRuntime, scope: Scope, compiled: regex.Pattern[str], pattern: str, *, ignore_case: bool, limit: int, budget_s: float
+) -> RegexOutcome:
+    """Lines matching ``compiled`` in scope, in path and line order, at most ``limit``, within ``budget_s``.
+
+    The chunks of a file are matched together, laid out on their own lines (one regex call per
+    file, not per chunk: the per-call overhead dominates a scan), so line numbers are the file's."""
+    outcome = RegexOutcome()
+    deadline = time.monotonic() + budget_s
+    keys = runtime.trigram.candidates_regex(pattern, REGEX_CANDIDATES, ignore_case=ignore_case)
+    chunks: Iterable[CachedChunk]
+    if keys is not None and len(keys) < REGEX_CANDIDATES:
+        outcome.candidates = len(keys)
+        chunks = sorted(runtime.cache.by_keys(keys).values(), key=lambda c: (c.path, c.start_line))
+    else:
+        chunks = (chunk for batch in runtime.cache.iter_chunks(scope.prefix) for chunk in batch)
+    last_yield = time.monotonic()
+    for path, group in itertools.groupby(chunks, key=lambda c: c.path):
+        if not scope.contains(path):
+            continue
+        file_chunks = list(group)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            outcome.timed_out = True
+            return outcome
+        outcome.chunks_scanned += len(file_chunks)
+        try:
+            found = find_line_matches(compiled, _file_text(file_chunks), limit - len(outcome.matches) + 1, remaining)
+        except RegexTimeout as exc:
+            found = exc.partial
+            outcome.timed_out = True
+        outcome.matches.extend(LineMatch(_chunk_at(file_chunks, line), line, text) for line, text in found)
+        if len(outcome.matches) > limit:
+            outcome.matches = outcome.matches[:limit]
+            outcome.truncated = True
+            return outcome
+        if outcome.timed_out:
+            return outcome
+        if time.monotonic() - last_yield > 0.01:
+            await asyncio.sleep(0)  # a long scan lets other requests run
+            last_yield = time.monotonic()
+    return outcome
+
+
+def _file_text(chunks: list[CachedChunk]) -> str:
+    """The chunks of one file on their own line numbers (lines outside every chunk are blank)."""
+    lines: list[str] = []
+    next_line = 1
+    for chunk in chunks:
+        lines.extend([""] * (chunk.start_line - next_line))
+        lines.append(chunk.text)
+        next_line = chunk.end_line + 1
+    return "\n".join(lines)
+
+
+def _chunk_at(chunks: list[CachedChunk], line: int) -> CachedChunk:
+    """The chunk holding ``line`` (chunks are in line order)."""
+    index = bisect.bisect_right([c.start_line for c in chunks], line) - 1
+    return chunks[max(index, 0)]

@@ -1,0 +1,87 @@
+"""HTTP routes of workspace code search: register, inspect, list, delete and search workspaces.
+
+A workspace is visible only to its owner (the registering user's tenant); any other caller gets
+the same 404 as for an id that does not exist, so nobody learns another user's workspace exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from service.code.parsing import parse_register_body, parse_search_body, resolve_root
+from service.code.runtime import workspaces_of
+from service.code.search import check_regex, check_scope, search_workspace
+from service.code.semantic import schedule_indexing
+from service.middleware import caller_of, record_timing
+from service.state import ENGINE
+from service.validation import read_json
+
+routes = web.RouteTableDef()
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+@routes.post("/v1/workspaces")
+async def register_workspace(request: web.Request) -> web.Response:
+    """Register a root under an allowed base (201), or update the settings of one already registered (200)."""
+    engine = request.app[ENGINE]
+    caller = caller_of(request)
+    raw_root, config = parse_register_body(await read_json(request), engine.settings)
+    root = resolve_root(raw_root, engine.settings)
+    workspaces = workspaces_of(engine)
+    workspace, created = await workspaces.register(caller.user_tenant, root, config)
+    # The build (and the prewarm) run in the index job; the first search also revalidates inline.
+    await schedule_indexing(engine, workspace, always=True)
+    body = await workspaces.status(workspace)
+    body["created"] = created
+    return _json(body, status=201 if created else 200)
+
+
+@routes.get("/v1/workspaces")
+async def list_workspaces(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    caller = caller_of(request)
+    owned = workspaces_of(engine).registry.owned_by((caller.user_tenant,))
+    return _json({"workspaces": [{"id": w.id, "root": str(w.root), "search": w.search.as_dict(), "warm": w.warm} for w in owned]})
+
+
+@routes.get("/v1/workspaces/{id}")
+async def workspace_status(request: web.Request) -> web.Response:
+    """Index state: files, chunks, embedded, pending, cold, warming, skip counts, last revalidation."""
+    engine = request.app[ENGINE]
+    workspaces = workspaces_of(engine)
+    workspace = workspaces.owned((caller_of(request).user_tenant,), request.match_info["id"])
+    return _json(await workspaces.status(workspace))
+
+
+@routes.delete("/v1/workspaces/{id}")
+async def delete_workspace(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    workspaces = workspaces_of(engine)
+    workspace = workspaces.owned((caller_of(request).user_tenant,), request.match_info["id"])
+    await workspaces.delete(workspace)
+    return _json({"deleted": workspace.id})
+
+
+@routes.post("/v1/workspaces/{id}/search")
+async def search(request: web.Request) -> web.Response:
+    """Seed 002's search tool: text-first output, results, notices and metadata."""
+    engine = request.app[ENGINE]
+    caller = caller_of(request)
+    workspaces = workspaces_of(engine)
+    workspace = workspaces.owned((caller.user_tenant,), request.match_info["id"])
+    search_request = parse_search_body(await read_json(request))
+    check_scope(workspace, search_request)  # bad input is refused before the rate limit counts it
+    check_regex(search_request)
+    exceeded = await engine.rate_limiter.check(caller)
+    if exceeded is not None:
+        raise exceeded.error()
+    answer = await search_workspace(engine, workspace, search_request, deadline_s=engine.settings.request_deadline_s)
+    for phase, duration_ms in answer.timings_ms.items():
+        record_timing(request, phase, duration_ms)
+    return _json(answer.as_dict())

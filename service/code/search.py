@@ -1,0 +1,315 @@
+"""One workspace code search, start to finish (seed 002's "How it works").
+
+1. Check the request against the workspace (scope, regex) before touching anything.
+2. Revalidate the workspace if due (mtime and size, at most every ``revalidate_interval_s``).
+3. Regex: the lexical regex pass, always (seed: regex search always uses lexical mode).
+4. Otherwise the chunk-aware lexical pass over the scope, then, in hybrid mode, the semantic pass
+   (query embedding against the scope's chunk vectors), RRF fusion of the two chunk lists, and
+   the path-aware adjustments after fusion.
+5. Render text-first output, results, notices and metadata.
+
+Hybrid never hard-fails: no model, a failing endpoint or a scope too large to embed now give
+lexical results with a notice saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from service.code.lexical import ChunkHit, QueryText, ranked_lexical, regex_search
+from service.code.model import COLLECTION
+from service.code.parsing import Mode, SearchRequest
+from service.code.ranking import adjust, fuse
+from service.code.render import ResultLine, hybrid_lines, lexical_lines, output_text, regex_lines
+from service.code.runtime import WorkspaceRuntime, workspace_filter, workspaces_of
+from service.code.scope import Scope, ScopeError, ScopeNotFound, resolve_scope
+from service.code.semantic import (
+    SCOPE_TOO_LARGE,
+    WARMING_RUNNING,
+    WARMING_SCHEDULED,
+    Embedder,
+    dense_hits,
+    embed_scope,
+    embedder_for,
+    schedule_indexing,
+    schedule_warming,
+    scope_state,
+)
+from service.code.trigram import regex_compile
+from service.code.workspace import Workspace
+from service.engine.embeddings import EmbeddingUnavailable
+from service.engine.store import Filter, Match, MatchAny, StoreError
+from service.errors import InvalidRegex, NotFound, PathOutsideWorkspace
+
+if TYPE_CHECKING:
+    import regex
+
+    from service.engine.runtime import Engine
+
+log = logging.getLogger(__name__)
+
+# A search revalidates inline for at most this long; a longer build continues in the index job.
+INLINE_SYNC_BUDGET_S = 6.0
+# How long a search waits for a revalidation already running before searching what is indexed.
+WAIT_FOR_SYNC_S = 3.0
+REGEX_BUDGET_S = 5.0
+MIN_DEPTH, MAX_DEPTH = 50, 300
+# Time kept back from the request deadline for the lexical answer after a semantic pass gives up.
+ANSWER_MARGIN_S = 2.0
+
+
+@dataclass
+class SearchAnswer:
+    output: str
+    results: list[dict[str, Any]]
+    notices: list[str]
+    meta: dict[str, Any]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"output": self.output, "results": self.results, "notices": self.notices, "meta": self.meta}
+
+
+@dataclass
+class _Context:
+    engine: Engine
+    workspace: Workspace
+    runtime: WorkspaceRuntime
+    request: SearchRequest
+    scope: Scope
+    flt: Filter | None
+    background: bool
+    deadline: float | None = None
+    notices: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def check_scope(workspace: Workspace, request: SearchRequest) -> Scope:
+    try:
+        return resolve_scope(workspace.root, request.path, request.glob)
+    except ScopeNotFound as exc:
+        raise NotFound(str(exc)) from None
+    except ScopeError as exc:
+        raise PathOutsideWorkspace(str(exc)) from None
+
+
+def check_regex(request: SearchRequest) -> regex.Pattern[str] | None:
+    if not request.regex:
+        return None
+    try:
+        return regex_compile(request.query, ignore_case=request.ignore_case)
+    except ValueError as exc:
+        raise InvalidRegex(f"{exc}; fix the pattern (Python re syntax) or search without regex") from None
+
+
+async def search_workspace(
+    engine: Engine,
+    workspace: Workspace,
+    request: SearchRequest,
+    *,
+    background: bool = True,
+    sync_budget_s: float | None = INLINE_SYNC_BUDGET_S,
+    deadline_s: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchAnswer:
+    """Search one workspace. ``background``: may enqueue index and warm jobs (a server, not the CLI);
+    ``deadline_s``: the time the whole search may take (the semantic pass gives up in time for a
+    lexical answer)."""
+    answer_by = None if deadline_s is None else time.monotonic() + deadline_s - ANSWER_MARGIN_S
+    scope = check_scope(workspace, request)
+    compiled = check_regex(request)
+    workspaces = workspaces_of(engine)
+    started = time.perf_counter()
+    deadline = None if sync_budget_s is None else time.monotonic() + sync_budget_s
+    fresh = await workspaces.revalidate(workspace, deadline=deadline, wait_s=WAIT_FOR_SYNC_S, progress=progress)
+    if fresh.report is not None and not fresh.report.complete and background:
+        await schedule_indexing(engine, workspace)
+    runtime = await workspaces.runtime(workspace)
+    runtime.trigram.reload()  # 0.1 ms: sees commits of a revalidation in another process (a separate worker)
+    ctx = _Context(engine, runtime.workspace, runtime, request, scope, scope_filter(runtime, scope), background, answer_by, notices=list(fresh.notices))
+    ctx.timings["revalidate"] = _ms(started)
+    ctx.meta["index"] = {
+        "files": runtime.cache.file_count(),
+        "chunks": runtime.cache.chunk_count(),
+        "revalidated": fresh.report is not None,
+        "changed_files": (fresh.report.files_added + fresh.report.files_changed + fresh.report.files_deleted) if fresh.report else 0,
+    }
+    if compiled is not None:
+        lines = await _regex(ctx, compiled)
+        tagged = False
+    else:
+        lines, tagged = await _ranked(ctx)
+    return _answer(ctx, lines, tagged)
+
+
+def scope_filter(runtime: WorkspaceRuntime, scope: Scope) -> Filter | None:
+    """The store filter of the scope; None when no indexed file is in it."""
+    base = workspace_filter(runtime.workspace)
+    if scope.glob is not None:
+        paths = tuple(p for p in runtime.cache.paths() if scope.contains(p))
+        return base.and_(MatchAny("path", paths)) if paths else None
+    if not scope.prefix:
+        return base
+    return base.and_(Match("path" if scope.is_file else "dirs", scope.prefix))
+
+
+async def _regex(ctx: _Context, compiled: regex.Pattern[str]) -> list[ResultLine]:
+    started = time.perf_counter()
+    request = ctx.request
+    outcome = await regex_search(
+        ctx.runtime, ctx.scope, compiled, request.query, ignore_case=request.ignore_case, limit=request.limit, budget_s=REGEX_BUDGET_S
+    )
+    ctx.timings["regex"] = _ms(started)
+    if outcome.timed_out:
+        ctx.notices.append(f"regex search stopped after {REGEX_BUDGET_S:g}s; results are partial, narrow path or glob or simplify the pattern")
+    if request.mode is not Mode.LEXICAL:
+        ctx.meta["fallback"] = "regex"
+    ctx.meta.update(
+        mode=Mode.LEXICAL.value,
+        source_mix={"lexical": len(outcome.matches), "semantic": 0, "merged": 0},
+        match_counts={
+            "lines": len(outcome.matches),
+            "files": len({m.chunk.path for m in outcome.matches}),
+            "chunks": len({m.chunk.key for m in outcome.matches}),
+            "chunks_scanned": outcome.chunks_scanned,
+            "trigram_candidates": outcome.candidates,
+            "truncated": outcome.truncated,
+        },
+    )
+    return regex_lines(outcome.matches)
+
+
+async def _ranked(ctx: _Context) -> tuple[list[ResultLine], bool]:
+    request = ctx.request
+    query = QueryText.of(request.query)
+    depth = min(max(request.limit * 3, MIN_DEPTH), MAX_DEPTH)
+    lexical: list[ChunkHit] = []
+    semantic: list[ChunkHit] | None = None
+    if ctx.flt is not None:
+        started = time.perf_counter()
+        if request.mode is not Mode.SEMANTIC:
+            lexical = await ranked_lexical(ctx.engine.store, ctx.runtime, ctx.flt, ctx.scope, query, depth)
+        ctx.timings["lexical"] = _ms(started)
+        if request.mode is not Mode.LEXICAL:
+            semantic = await _semantic(ctx, request.query, depth)
+    else:
+        ctx.notices.append("no indexed file is in this path and glob scope")
+    used = request.mode if semantic is not None else Mode.LEXICAL
+    fused = adjust(fuse(lexical, semantic or []))
+    lines = lexical_lines(fused, query, request.limit) if used is Mode.LEXICAL else hybrid_lines(fused, query, request.limit)
+    shown = {(line.path, line.start_line) for line in lines}
+    ctx.meta.update(
+        mode=used.value,
+        source_mix={source: sum(1 for line in lines if line.source == source) for source in ("lexical", "semantic", "merged")},
+        match_counts={
+            "lexical_chunks": len(lexical),
+            "literal_chunks": sum(1 for hit in lexical if hit.exact),
+            "semantic_chunks": len(semantic or []),
+            "chunks": len(shown),
+            "files": len({path for path, _ in shown}),
+            "lines": len(lines),
+        },
+    )
+    return lines, used is not Mode.LEXICAL
+
+
+async def _semantic(ctx: _Context, query: str, depth: int) -> list[ChunkHit] | None:
+    """The scope's chunks ranked by cosine to the query, or None with a notice (lexical fallback)."""
+    assert ctx.flt is not None
+    engine, workspace = ctx.engine, ctx.workspace
+    try:
+        embedder = embedder_for(engine, workspace)
+    except EmbeddingUnavailable as exc:
+        return _fallback(ctx, "embeddings_unavailable", f"embeddings unavailable ({exc}); lexical results only")
+    if embedder is None:
+        return _fallback(ctx, "embeddings_not_configured", "embeddings are not configured; lexical results only")
+    workspaces = workspaces_of(engine)
+    state = await scope_state(workspaces, workspace, ctx.flt)
+    limit = engine.settings.semantic_scope_limit
+    ctx.meta["scope"] = {"chunks": state.chunks, "embedded": state.embedded, "unembedded": state.unembedded, "limit": limit}
+    if state.unembedded > limit:
+        await _warm_after_fallback(ctx, state.cold)
+        return _fallback(ctx, "scope_too_large", SCOPE_TOO_LARGE)
+    started = time.perf_counter()
+    budget = None if ctx.deadline is None else max(ctx.deadline - time.monotonic(), 0.0)
+    try:
+        embedded_now, vector = await asyncio.wait_for(_embed(ctx, embedder, query, state.unembedded, limit), timeout=budget)
+        ctx.timings["embed"] = _ms(started)
+        started = time.perf_counter()
+        hits = await dense_hits(engine, embedder, vector, ctx.flt, depth)
+    except TimeoutError:
+        return _fallback(
+            ctx,
+            "embeddings_too_slow",
+            "embedding did not finish in time (the model may still be loading); lexical results only, chunks embedded so far stay embedded",
+        )
+    except EmbeddingUnavailable as exc:
+        return _fallback(ctx, "embeddings_unavailable", f"embeddings unavailable ({exc}); lexical results only")
+    except StoreError as exc:
+        log.warning("semantic pass failed", extra={"workspace": workspace.id, "error": str(exc)})
+        return _fallback(ctx, "semantic_failed", "semantic search failed on the index; lexical results only")
+    ctx.timings["semantic"] = _ms(started)
+    ctx.meta["embedded_now"] = embedded_now
+    keyed = {str(hit.payload.get("key")): hit.score for hit in hits}
+    chunks = ctx.runtime.cache.by_keys(list(keyed))
+    ranked: list[ChunkHit] = []
+    for key, score in keyed.items():
+        chunk = chunks.get(key)
+        if chunk is not None and ctx.scope.contains(chunk.path):
+            ranked.append(ChunkHit(chunk=chunk, semantic_rank=len(ranked) + 1, semantic_score=score))
+    return ranked
+
+
+async def _embed(ctx: _Context, embedder: Embedder, query: str, unembedded: int, limit: int) -> tuple[int, list[float]]:
+    """Embed the scope's chunks that have no vector yet (at most ``limit``), then the query."""
+    assert ctx.flt is not None
+    embedded_now = await embed_scope(ctx.engine, embedder, ctx.flt, limit) if unembedded else 0
+    return embedded_now, await embedder.embed_query(query)
+
+
+async def _warm_after_fallback(ctx: _Context, cold: int) -> None:
+    """Seed 002: a cold broad fallback schedules background warming of the tracked workspace."""
+    workspace = ctx.workspace
+    if workspace.warm and not cold:
+        ctx.notices.append(WARMING_RUNNING)
+        ctx.meta["warming"] = True
+        return
+    if not ctx.background:
+        ctx.notices.append("run `agentsearch index PATH --embed` to embed the workspace so hybrid search covers every scope")
+        return
+    scheduled = await schedule_warming(ctx.engine, workspace)
+    ctx.meta["warming"] = scheduled
+    if scheduled:
+        ctx.notices.append(WARMING_RUNNING if workspace.warm else WARMING_SCHEDULED)
+
+
+def _fallback(ctx: _Context, reason: str, notice: str) -> list[ChunkHit] | None:
+    ctx.meta["fallback"] = reason
+    ctx.notices.insert(0, notice)
+    return None
+
+
+def _answer(ctx: _Context, lines: list[ResultLine], tagged: bool) -> SearchAnswer:
+    ctx.meta.setdefault("fallback", None)
+    ctx.meta.setdefault("warming", ctx.workspace.warm)
+    ctx.meta["requested_mode"] = ctx.request.mode.value
+    ctx.meta["regex"] = ctx.request.regex
+    ctx.meta["query_scope"] = {"path": ctx.scope.prefix or ".", "glob": ctx.scope.glob}
+    ctx.meta["timings_ms"] = {name: round(ms, 2) for name, ms in ctx.timings.items()}
+    results = [line.as_dict() for line in lines]
+    return SearchAnswer(
+        output=output_text(lines, tagged=tagged, notices=ctx.notices), results=results, notices=ctx.notices, meta=ctx.meta, timings_ms=ctx.timings
+    )
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+__all__ = ["COLLECTION", "SearchAnswer", "check_regex", "check_scope", "scope_filter", "search_workspace"]

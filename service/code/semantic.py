@@ -1,0 +1,189 @@
+"""The semantic pass: which model a workspace uses, embedding a small cold scope at query time,
+warming a workspace in the background, and dense retrieval over the scope's chunk vectors.
+
+Seed 002's scope limit (``settings.semantic_scope_limit``, 800) bounds what a query may have to
+embed itself: a scope whose chunks are all embedded (warm) runs hybrid at any size; one with at
+most 800 chunks not yet embedded embeds them now (they stay embedded); more than that falls back
+to lexical with the seed's notice, and a cold workspace is then warmed in the background
+(``warm_workspace`` job on the fast queue), so later searches use the cached chunk index.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from service.code.model import COLLECTION
+from service.code.runtime import Workspaces, workspaces_of
+from service.code.workspace import Workspace
+from service.engine.embeddings import EmbeddingUnavailable, LocalEmbedder, OpenAIEmbedder
+from service.engine.records import DONE
+from service.engine.store import Filter, Hit, Match, StoreError, VectorSpec, point_id
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+log = logging.getLogger(__name__)
+
+SCOPE_TOO_LARGE = "semantic search scope is too large; narrow path or glob"
+WARMING_SCHEDULED = "background index warming scheduled; later searches will use the cached chunk index"
+WARMING_RUNNING = "background index warming is in progress; later searches will use the cached chunk index"
+# Chunks embedded per model call at query time (progress granularity for the CLI as well).
+EMBED_BATCH = 64
+WARM_JOB = "warm_workspace"
+INDEX_JOB = "index_workspace"
+
+Embedder = LocalEmbedder | OpenAIEmbedder
+
+
+def embedder_for(engine: Engine, workspace: Workspace) -> Embedder | None:
+    """The workspace's embedder: its own model, else the service default; None when neither exists.
+
+    Raises ``EmbeddingUnavailable`` for a model that cannot be built (an unconfigured provider)."""
+    model = workspace.search.embeddings_model or engine.embedders.default_model
+    if not model:
+        return None
+    return engine.embedders.get(model, workspace.search.embeddings_dimensions)
+
+
+@dataclass(frozen=True)
+class ScopeState:
+    """Embedding state of the chunks a query may see."""
+
+    chunks: int
+    embedded: int
+    pending: int
+    cold: int
+
+    @property
+    def unembedded(self) -> int:
+        return self.chunks - self.embedded
+
+
+async def scope_state(workspaces: Workspaces, workspace: Workspace, flt: Filter) -> ScopeState:
+    counts = await workspaces.counts(workspace, flt)
+    return ScopeState(chunks=counts["chunks"], embedded=counts["embedded"], pending=counts["pending"], cold=counts["cold"])
+
+
+async def embed_scope(engine: Engine, embedder: Embedder, flt: Filter, limit: int, progress: Callable[[int], object] | None = None) -> int:
+    """Embed every chunk under ``flt`` that has no current vector (at most ``limit``); returns how many."""
+    not_done = Filter(must=flt.must, should=flt.should, must_not=(*flt.must_not, Match("embed_state", DONE)))
+    page, _ = await engine.store.scroll(COLLECTION, not_done, limit=limit)
+    items = [(str(p.payload["key"]), str(p.payload["content_hash"]), str(p.payload.get("embed_text", ""))) for p in page]
+    # Batches of similar length pad less: the model's cost follows the longest text of a batch.
+    items.sort(key=lambda item: len(item[2]))
+    embedded = 0
+    for start in range(0, len(items), EMBED_BATCH):
+        batch = items[start : start + EMBED_BATCH]
+        embedded += await embed_items(engine, embedder, batch)
+        if progress is not None:
+            progress(len(batch))
+    return embedded
+
+
+async def embed_items(engine: Engine, embedder: Embedder, items: Sequence[tuple[str, str, str]]) -> int:
+    """Embed (key, content hash, text) items and store the vectors of those whose hash is still current.
+
+    A point deleted or changed meanwhile (a concurrent revalidation) is skipped: keys name the
+    chunk text, so a current hash means the vector fits."""
+    if not items:
+        return 0
+    vectors = await embedder.embed_documents([text for _, _, text in items])
+    vector = VectorSpec(embedder.vector_name, embedder.dimensions)
+    await engine.ensure_vector(COLLECTION, vector)
+    ids = {point_id(COLLECTION, key): expected for key, expected, _ in items}
+    current = {p.id: p.payload.get("content_hash") for p in await engine.store.retrieve(COLLECTION, list(ids))}
+    written = 0
+    for (key, expected, _), values in zip(items, vectors, strict=True):
+        pid = point_id(COLLECTION, key)
+        if current.get(pid) != expected:
+            continue
+        try:
+            await engine.store.update_vectors(COLLECTION, [(pid, {vector.name: values})])
+            await engine.store.set_payload(COLLECTION, [pid], {"embedded_hash": expected, "embed_state": DONE, "vector_name": vector.name})
+        except StoreError:
+            continue  # deleted between the read and the write
+        written += 1
+    return written
+
+
+async def dense_hits(engine: Engine, embedder: Embedder, vector: Sequence[float], flt: Filter, depth: int) -> list[Hit]:
+    await engine.ensure_vector(COLLECTION, VectorSpec(embedder.vector_name, embedder.dimensions))
+    return await engine.store.search_dense(COLLECTION, embedder.vector_name, vector, flt, limit=depth)
+
+
+async def schedule_warming(engine: Engine, workspace: Workspace) -> bool:
+    """Enqueue the warm job (fast queue); False when Redis refused (the next fallback tries again)."""
+    # One id per workspace and minute: arq drops repeats while one is queued, running or just done.
+    job_id = f"{engine.queue.names.prefix}:{WARM_JOB}:{workspace.id}:{int(time.time() // 60)}"
+    job = await engine.queue.enqueue(WARM_JOB, workspace.id, job_id=job_id, fast=True)
+    if job is None:
+        return False
+    await workspaces_of(engine).mark_warm(workspace)
+    return True
+
+
+async def schedule_indexing(engine: Engine, workspace: Workspace, *, always: bool = False) -> bool:
+    """Enqueue the index job (fast queue): after a registration (``always``: new settings must
+    apply), or to finish a build a search could not (at most one a minute)."""
+    suffix = uuid.uuid4().hex if always else str(int(time.time() // 60))
+    job_id = f"{engine.queue.names.prefix}:{INDEX_JOB}:{workspace.id}:{suffix}"
+    return await engine.queue.enqueue(INDEX_JOB, workspace.id, job_id=job_id, fast=True) is not None
+
+
+class IndexNotComplete(Exception):
+    """The job's time ran out before the workspace was fully indexed; it is retried to continue."""
+
+
+async def index_workspace(engine: Engine, workspace_id: str, *, deadline: float | None) -> dict[str, int]:
+    """Build or revalidate a workspace's index (the job behind registration and partial builds)."""
+    workspaces = workspaces_of(engine)
+    workspace = workspaces.registry.get(workspace_id)
+    if workspace is None:
+        return {"missing": 1}
+    fresh = await workspaces.revalidate(workspace, force=True, deadline=deadline, wait_s=_wait(deadline))
+    if fresh.busy or (fresh.report is not None and not fresh.report.complete):
+        raise IndexNotComplete(workspace_id)
+    result = {"files": fresh.report.files_seen if fresh.report else 0}
+    if workspace.search.prewarm_embeddings:
+        result["queued"] = await warm(engine, workspace_id, deadline=deadline)
+    return result
+
+
+async def warm(engine: Engine, workspace_id: str, *, deadline: float | None) -> int:
+    """Index the workspace fully, mark it warm and queue every cold chunk for embedding."""
+    workspaces = workspaces_of(engine)
+    workspace = workspaces.registry.get(workspace_id)
+    if workspace is None:
+        return 0
+    fresh = await workspaces.revalidate(workspace, deadline=deadline, wait_s=_wait(deadline))
+    if fresh.busy or (fresh.report is not None and not fresh.report.complete):
+        raise IndexNotComplete(workspace_id)
+    workspace = await workspaces.mark_warm(workspace)
+    queued = await workspaces.queue_cold(workspace)
+    log.info("workspace warming", extra={"workspace": workspace_id, "queued": queued})
+    return queued
+
+
+def _wait(deadline: float | None) -> float:
+    if deadline is None:
+        return 3_600.0
+    return max(deadline - time.monotonic(), 0.0)
+
+
+__all__ = [
+    "SCOPE_TOO_LARGE",
+    "EmbeddingUnavailable",
+    "IndexNotComplete",
+    "ScopeState",
+    "dense_hits",
+    "embed_scope",
+    "embedder_for",
+    "index_workspace",
+    "schedule_warming",
+    "warm",
+]

@@ -1,0 +1,185 @@
+"""The dashboard in headless Chromium (Playwright, Debian's ``chromium``): log in, watch counts change as jobs
+run, retry a failed job, abort a queued one, read it with JavaScript off. Screenshots go to test-artifacts/.
+
+One browser and one app for the module (each costs seconds); each test uses its own jobs and page.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis.asyncio as aioredis
+from playwright.async_api import Browser, async_playwright, expect
+
+from service.settings import Settings
+from service.state import ENGINE
+from tests.admin.helpers import HOLD, admin_client, admin_token, enqueue_hold, job, release, wait_status
+from tests.conftest import REDIS_URL, TEST_SECRET
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 20_000
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        message = "Debian's chromium is not installed: `make chromium` installs it (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Browser]:
+    executable = chromium_path()
+    async with async_playwright() as playwright:
+        # launch() starts Chromium on a fresh temporary profile (user data dir) of its own.
+        launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    """The service on a real port (TestServer binds 127.0.0.1), with the hold job and fast sampling."""
+    base = tmp_path_factory.mktemp("admin-browser")
+    (base / "workspaces").mkdir()
+    prefix = f"agentsearch-test-{uuid.uuid4().hex[:12]}"
+    settings = Settings(
+        data_dir=base / "data",
+        redis_url=REDIS_URL,
+        queue_prefix=prefix,
+        jwt_secret=TEST_SECRET,
+        allowed_roots=(base / "workspaces",),
+        sweep_interval_s=60,
+        worker_health_check_s=5,
+        job_timeout_s=60,
+    )
+    try:
+        async with admin_client(settings, sample_interval_s=0.5) as client:
+            yield client
+    finally:
+        redis = aioredis.from_url(REDIS_URL)
+        try:
+            for pattern in (f"{prefix}*", f"arq:*:{prefix}*"):
+                async for key in redis.scan_iter(match=pattern, count=1000):
+                    await redis.delete(key)
+        finally:
+            await redis.aclose()
+
+
+async def _log_in(page: Any, base: str) -> None:
+    await page.goto(f"{base}/admin")
+    assert page.url.endswith("/admin/login")
+    await page.fill("#token", admin_token())
+    await page.click("#login-form button[type=submit]")
+    await page.wait_for_url(f"{base}/admin")
+
+
+def _cell(page: Any, kind: str, field: str) -> Any:
+    return page.locator(f'#kind-counts tr[data-kind="{kind}"] td[data-count="{field}"]')
+
+
+async def test_live_dashboard_retry_and_abort_in_chromium(browser: Browser, served: Any) -> None:
+    base = str(served.make_url("")).rstrip("/")
+    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = await context.new_page()
+    try:
+        await _log_in(page, base)
+        cookie = next(c for c in await context.cookies() if c["name"] == "agentsearch_admin")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/admin"
+        assert await page.evaluate("document.cookie") == ""  # the token is out of the page's reach
+        await page.evaluate("window.notReloaded = true")
+
+        # Counts change as jobs run, with no reload.
+        first = await enqueue_hold(served, "b-run")
+        second = await enqueue_hold(served, "b-next")
+        await expect(_cell(page, HOLD, "in_progress")).to_have_text("1", timeout=TIMEOUT_MS)
+        await expect(_cell(page, HOLD, "queued")).to_have_text("1", timeout=TIMEOUT_MS)
+        await release(served, "b-run")
+        await expect(_cell(page, HOLD, "complete")).to_have_text("1", timeout=TIMEOUT_MS)
+        await release(served, "b-next")
+        await expect(_cell(page, HOLD, "complete")).to_have_text("2", timeout=TIMEOUT_MS)
+        assert [(await job(served, i))["status"] for i in (first, second)] == ["complete", "complete"]
+
+        # A real job fails for real (embed_records of a collection no surface owns); retry it from its row.
+        failing = f"{served.app[ENGINE].settings.queue_prefix}:test:b-fail"
+        await served.app[ENGINE].queue.enqueue("embed_records", "no-such-collection", [["k", "h"]], job_id=failing)
+        await expect(_cell(page, "embed_records", "failed")).to_have_text("1", timeout=TIMEOUT_MS)
+        await page.locator(f'#jobs-body tr[data-job-id="{failing}"] button.retry').click()
+        await expect(page.locator("#notice")).to_contain_text(f"Job {failing} retried as", timeout=TIMEOUT_MS)
+        retried_as = (await job(served, failing))["retried_as"]
+        await expect(_cell(page, "embed_records", "failed")).to_have_text("2", timeout=TIMEOUT_MS)
+        await expect(page.locator(f'#jobs-body tr[data-job-id="{retried_as}"]')).to_contain_text(f"retry of {failing}", timeout=TIMEOUT_MS)
+
+        # Abort a queued job: it waits behind a running one, then fails as aborted without running.
+        await enqueue_hold(served, "b-busy")
+        queued = await enqueue_hold(served, "b-queued")
+        row = page.locator(f'#jobs-body tr[data-job-id="{queued}"]')
+        await expect(row).to_have_attribute("data-status", "queued", timeout=TIMEOUT_MS)
+        await row.locator("button.abort").click()
+        await expect(page.locator("#notice")).to_contain_text(f"Abort of job {queued} requested", timeout=TIMEOUT_MS)
+        await expect(row).to_contain_text("abort requested", timeout=TIMEOUT_MS)
+        await release(served, "b-busy")
+        await expect(row).to_contain_text("failed (aborted)", timeout=TIMEOUT_MS)
+        await expect(page.locator("#chart svg polyline[data-queue=embed]")).to_have_count(2, timeout=TIMEOUT_MS)  # depth, throughput
+        await expect(page.locator('#workers-body tr[data-queue="embed"]')).to_have_attribute("data-status", "up")
+
+        assert await page.evaluate("window.notReloaded === true"), "the page refreshed itself without a full reload"
+        ARTIFACTS.mkdir(exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "admin-dashboard.png"), full_page=True)
+    finally:
+        await context.close()
+
+
+async def test_dashboard_reads_and_acts_with_javascript_off(browser: Browser, served: Any) -> None:
+    base = str(served.make_url("")).rstrip("/")
+    context = await browser.new_context(java_script_enabled=False, viewport={"width": 1400, "height": 1000})
+    page = await context.new_page()
+    try:
+        await _log_in(page, base)
+        finished = await enqueue_hold(served, "n-done")
+        await release(served, "n-done")
+        await wait_status(served, finished, "complete")
+        # Without JavaScript the page reloads itself (<meta refresh>) and shows what changed.
+        async with page.expect_navigation(timeout=TIMEOUT_MS):
+            pass
+        row = page.locator(f'#jobs-body tr[data-job-id="{finished}"]')
+        await expect(row).to_have_attribute("data-status", "complete")
+        await expect(row).to_contain_text('{"held":"n-done"}')
+
+        await row.locator("td.id a").click()
+        await expect(page.locator("#job-status")).to_have_text("complete")
+        await expect(page.locator("#job-detail")).to_contain_text(HOLD)
+
+        await page.goto(f"{base}/admin")
+        await page.click("#sweep-form button")
+        await page.wait_for_url(f"{base}/admin")
+        await expect(page.locator("#notice")).to_contain_text("Enqueued the sweep as job")
+        ARTIFACTS.mkdir(exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "admin-dashboard-no-js.png"), full_page=True)
+    finally:
+        await context.close()

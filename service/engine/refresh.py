@@ -46,7 +46,8 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
     missing = len(wanted) - len(current)
     by_model: dict[str | None, list[tuple[str, str, str]]] = defaultdict(list)
     for key, payload in current.items():
-        if payload.get("content_hash") == wanted[key]:
+        # Already embedded from this very text (a duplicate job, or a sweeper batch): nothing to do.
+        if payload.get("content_hash") == wanted[key] and payload.get("embedded_hash") != wanted[key]:
             by_model[payload.get("embed_model")].append((key, wanted[key], str(payload.get("embed_text", ""))))
     embedded = 0
     for model, rows in by_model.items():

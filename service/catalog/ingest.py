@@ -16,7 +16,7 @@ from typing import Any
 
 from service.auth import GLOBAL_TENANT, Caller
 from service.catalog import markdown
-from service.catalog.keys import GLOBAL_KINDS, Kind, mcp_domain, record_key
+from service.catalog.keys import GLOBAL_KINDS, SCOPE_RANKED, SCOPE_RANKED_HIDDEN, Kind, mcp_domain, record_key
 from service.catalog.models import (
     Capability,
     Domain,
@@ -96,8 +96,10 @@ def _embed(*parts: str) -> str:
 
 
 def _record(tenant: str, kind: Kind, entity_id: str, *, embed: str, terms: str, payload: dict[str, Any]) -> IndexRecord:
-    base = {"ranked": False, "hidden": False, "archived": False}
+    base: dict[str, Any] = {"ranked": False, "hidden": False, "archived": False}
     base.update(payload)
+    if base["ranked"]:
+        base["scope"] = SCOPE_RANKED_HIDDEN if base["hidden"] else SCOPE_RANKED
     return IndexRecord(key=record_key(tenant, kind, entity_id), tenant=tenant, kind=kind.value, embed_text=embed or entity_id, terms=terms, payload=base)
 
 

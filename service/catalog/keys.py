@@ -32,7 +32,7 @@ COLLECTION = "catalog"
 
 SPEC = collection_spec(
     COLLECTION,
-    keyword_fields=("entity_type", "entity_id", "domain", "server", "package_id", "name_leaf", "link_terms"),
+    keyword_fields=("entity_type", "entity_id", "domain", "server", "package_id", "name_leaf", "link_terms", "scope"),
     integer_fields=("order",),
     bool_fields=("ranked", "hidden", "archived"),
 )
@@ -56,16 +56,15 @@ class Kind(StrEnum):
     WAITING = "waiting"
 
 
-# Kinds that ranked, unscoped queries return (MCP tools only with a domain scope).
-RANKED_KINDS: tuple[str, ...] = (
-    Kind.CAPABILITY.value,
-    Kind.GUIDE.value,
-    Kind.PACKAGE.value,
-    Kind.EXPORT.value,
-    Kind.INTEGRATION.value,
-    Kind.MCP_SERVER.value,
-    Kind.SECRET.value,
-)
+# ``scope`` of records that unscoped ranked queries return. One keyword condition instead of
+# kind + ranked + hidden: each extra condition is evaluated per point during the exact dense scan
+# (85 ms vs 30 ms at 30k points on the dev machine).
+SCOPE_RANKED = "ranked"
+SCOPE_RANKED_HIDDEN = "ranked-hidden"
+# Ranked kinds: capability, guide, package, export, integration, mcp-server, user secret. MCP tools
+# are searched only with a domain scope; package-scoped secrets, memories, waiting items, domains and
+# package files never rank.
+
 # Kinds that live in the global tenant and need an admin token to write.
 GLOBAL_KINDS = frozenset({Kind.CAPABILITY, Kind.DOMAIN, Kind.GUIDE})
 

@@ -31,7 +31,7 @@ from service.catalog.domains import (
     require_domain,
 )
 from service.catalog.identity import parse_identity, username_matches
-from service.catalog.keys import COLLECTION, RANKED_KINDS, SURFACE_NAME, Kind, server_of_domain
+from service.catalog.keys import COLLECTION, SCOPE_RANKED, SCOPE_RANKED_HIDDEN, SURFACE_NAME, Kind, server_of_domain
 from service.catalog.lookup import reconnect_step
 from service.catalog.memories import find_memories
 from service.catalog.ranking import Scored, apply_identity_bonus, arrange_exports, relevant_hits, retrieve, why_matched
@@ -280,10 +280,8 @@ def ranked_filter(caller: Caller, domain: DomainRow | None, include_hidden: bool
         if server is not None:
             return Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.MCP_TOOL.value), Match("server", server)))
         return Filter(must=(Match("tenant", GLOBAL_TENANT), Match("kind", Kind.CAPABILITY.value), Match("domain", domain.id)))
-    flt = tenant_filter(caller.tenants).and_(MatchAny("kind", RANKED_KINDS), Match("ranked", True))
-    if not include_hidden:
-        flt = Filter(must=flt.must, must_not=(Match("hidden", True),))
-    return flt
+    scope = MatchAny("scope", (SCOPE_RANKED, SCOPE_RANKED_HIDDEN)) if include_hidden else Match("scope", SCOPE_RANKED)
+    return tenant_filter(caller.tenants).and_(scope)
 
 
 async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None) -> Answer:

@@ -33,6 +33,7 @@ from service.engine.store import Filter, Store
 LITERAL_CANDIDATES = 2_000
 REGEX_CANDIDATES = 20_000
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
+_WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -42,6 +43,7 @@ class ChunkHit:
     chunk: CachedChunk
     bm25: float = 0.0
     exact: bool = False
+    coverage: float = 0.0  # share of the query's terms the chunk holds
     lexical_rank: int | None = None
     semantic_rank: int | None = None
     semantic_score: float = 0.0
@@ -78,6 +80,8 @@ async def ranked_lexical(store: Store, runtime: WorkspaceRuntime, flt: Filter, s
     """Chunks in scope ranked lexically: literal holders first, then by BM25."""
     hits = await store.search_text(COLLECTION, query.terms, flt, limit=depth) if query.terms else []
     bm25 = {str(hit.payload.get("key")): hit.score for hit in hits}
+    wanted = query.term_set
+    coverage = {str(hit.payload.get("key")): _coverage(wanted, str(hit.payload.get("terms", ""))) for hit in hits}
     literal_keys = runtime.trigram.candidates_literal(query.literal, LITERAL_CANDIDATES) or []
     chunks = runtime.cache.by_keys([*bm25, *literal_keys])
     needle = query.literal.lower()
@@ -88,12 +92,25 @@ async def ranked_lexical(store: Store, runtime: WorkspaceRuntime, flt: Filter, s
         exact = bool(needle) and needle in chunk.text.lower()
         if key not in bm25 and not exact:
             continue  # a trigram candidate that does not hold the literal
-        found.append(ChunkHit(chunk=chunk, bm25=bm25.get(key, 0.0), exact=exact))
-    found.sort(key=lambda h: (not h.exact, -h.bm25, h.chunk.path, h.chunk.start_line))
+        found.append(ChunkHit(chunk=chunk, bm25=bm25.get(key, 0.0), exact=exact, coverage=1.0 if exact else coverage.get(key, 0.0)))
+    names = frozenset(_WORD.findall(query.literal))
+    # Literal holders first, among them the chunk that declares the name asked for, then BM25.
+    found.sort(key=lambda h: (not h.exact, not (h.exact and _declares(h.chunk, names)), -h.bm25, h.chunk.path, h.chunk.start_line))
     ranked = found[:depth]
     for rank, hit in enumerate(ranked, start=1):
         hit.lexical_rank = rank
     return ranked
+
+
+def _declares(chunk: CachedChunk, names: frozenset[str]) -> bool:
+    """Whether the chunk is the declaration of one of the query's words (its symbol's last part)."""
+    return chunk.symbol is not None and chunk.symbol.rsplit(".", 1)[-1] in names
+
+
+def _coverage(wanted: frozenset[str], terms: str) -> float:
+    if not wanted:
+        return 0.0
+    return len(wanted.intersection(terms.split())) / len(wanted)
 
 
 def matching_lines(chunk: CachedChunk, query: QueryText, max_lines: int) -> list[tuple[int, str]]:

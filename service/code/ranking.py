@@ -6,6 +6,13 @@ RRF, as in the store's own hybrid query: ``score = sum(weight / (k + rank))`` ov
 chunk appears in. The fusion runs here rather than in one engine call because the results must
 say which pass found each chunk (``[lexical]``, ``[semantic]``, ``[merged]``), and the lexical
 list also holds the literal matches that only the trigram index sees.
+
+Weights (measured on CoSQA dev with ``bench/bench_code.py``, whose sensitivity table shows the
+neighbourhood): BM25 ranks everything that shares one query word, so on natural-language queries
+most of its list is noise and equal-weight RRF (k = 60) scored below dense alone. A lexical entry
+therefore counts in proportion to the share of the query's terms the chunk holds (half weight at
+full coverage), a chunk holding the query as a literal counts 1.5 (for code the strongest evidence
+there is), and a small k (5) lets the first ranks of each list decide, as they should.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from collections.abc import Sequence
 
 from service.code.lexical import ChunkHit
 
-RRF_K = 60
-LEXICAL_WEIGHT = 1.0
+RRF_K = 5
+LEXICAL_WEIGHT = 0.5
+LITERAL_WEIGHT = 1.5
 SEMANTIC_WEIGHT = 1.0
 
 # (category, multiplier), checked in this order; the first that applies wins.
@@ -62,8 +70,8 @@ def path_category(path: str) -> tuple[str, float]:
 def fuse(lexical: Sequence[ChunkHit], semantic: Sequence[ChunkHit], *, k: int = RRF_K) -> list[ChunkHit]:
     """One list of chunks by RRF over the ranked lists given (each chunk once, evidence merged).
 
-    With one list empty (lexical or semantic mode) this is that list's RRF score, so scores of
-    every mode are on one scale and the path adjustments weigh the same."""
+    With one list empty (lexical or semantic mode) this is that list's plain RRF score: the
+    order stays the pass's own, and the path adjustments weigh the same in every mode."""
     merged: dict[str, ChunkHit] = {}
     for hit in lexical:
         merged[hit.chunk.key] = hit
@@ -73,13 +81,18 @@ def fuse(lexical: Sequence[ChunkHit], semantic: Sequence[ChunkHit], *, k: int = 
             merged[hit.chunk.key] = hit
         else:
             existing.semantic_rank, existing.semantic_score = hit.semantic_rank, hit.semantic_score
+    both = bool(lexical) and bool(semantic)
     for hit in merged.values():
         hit.fused = 0.0
         if hit.lexical_rank is not None:
-            hit.fused += LEXICAL_WEIGHT / (k + hit.lexical_rank)
+            hit.fused += (_lexical_weight(hit) if both else 1.0) / (k + hit.lexical_rank)
         if hit.semantic_rank is not None:
             hit.fused += SEMANTIC_WEIGHT / (k + hit.semantic_rank)
     return list(merged.values())
+
+
+def _lexical_weight(hit: ChunkHit) -> float:
+    return LITERAL_WEIGHT if hit.exact else LEXICAL_WEIGHT * hit.coverage
 
 
 def adjust(hits: Sequence[ChunkHit]) -> list[ChunkHit]:

@@ -139,11 +139,6 @@ async def test_changed_actions_re_embed_and_only_they(client: Client) -> None:
     assert after["delete_note"].vectors == before["delete_note"].vectors
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: arq keeps embed job results an hour and drops a re-enqueue of the same (key, hash) job id, "
-    "so text reverted to an earlier version stays pending; fix in service/engine/queue.py or workers/settings.py",
-)
 async def test_a_reverted_text_is_embedded_again(client: Client) -> None:
     first = {"template": "notes", "display_name": "Notes", "actions": [{"action": "create_note", "description": "Create a note", "risk": "write"}]}
     second = dict(first, actions=[dict(first["actions"][0], description="Create a new note")])

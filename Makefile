@@ -32,6 +32,11 @@ bench: $(STAMP)
 bench-full: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench --full
 
+# A steady mixed search load on a real `agentsearch serve` over loopback (60 s; LOADTEST_ARGS="--duration 300" for longer).
+.PHONY: loadtest
+loadtest: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m bench.loadtest $(LOADTEST_ARGS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service workers tests bench deploy
 	$(VENV)/bin/mypy

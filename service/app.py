@@ -15,6 +15,7 @@ from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.runtime import Engine, open_engine
 from service.health import metrics_middleware
 from service.health import routes as health_routes
+from service.mcp.http import routes as mcp_routes
 from service.middleware import (
     auth_middleware,
     deadline_middleware,
@@ -52,6 +53,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> web.Appli
     app.router.add_routes(health_routes)
     app.router.add_routes(status_routes)
     app.router.add_routes(admin_routes)
+    app.router.add_routes(mcp_routes)
     setup_surface_routes(app)
     return app
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         engine = await open_engine(settings)
         try:
-            await run_workers(build_workers(engine, burst=args.burst, handle_signals=False))
+            await run_workers(build_workers(engine, burst=args.burst, handle_signals=False, node_only=args.node_only))
         finally:
             await engine.close()
 
@@ -73,24 +74,35 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from service.migrate import run_reindex
+
+    return run_reindex(_settings(args), as_json=args.json, wait=not args.no_wait)
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     from service.auth import load_or_create_secret, mint_token
 
     settings = _settings(args)
     secret = settings.jwt_secret or load_or_create_secret(settings.data_dir)
     teams = tuple(t.strip() for t in (args.teams or "").split(",") if t.strip())
-    print(
-        mint_token(
-            secret,
-            sub=args.sub,
-            org=args.org,
-            teams=teams,
-            plan=args.plan,
-            admin=args.admin,
-            ttl_s=args.ttl,
-            audience=settings.jwt_audience,
-        )
+    token = mint_token(
+        secret,
+        sub=args.sub,
+        org=args.org,
+        teams=teams,
+        plan=args.plan,
+        admin=args.admin,
+        ttl_s=args.ttl,
+        audience=settings.jwt_audience,
     )
+    if args.json:
+        import jwt
+
+        claims = jwt.decode(token, options={"verify_signature": False})
+        print(json.dumps({"token": token, "claims": claims}, indent=2, sort_keys=True))
+    else:
+        print(token)
     return 0
 
 
@@ -108,7 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run the arq workers as their own process (production)")
     worker.add_argument("--data-dir")
     worker.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    worker.add_argument("--node-only", action="store_true", help="run only this node's workspace queue (workspace_nodes)")
     worker.set_defaults(func=cmd_worker)
+
+    reindex = sub.add_parser(
+        "reindex", help="rebuild every index from its records; fill and switch to a new default embeddings model"
+    )
+    reindex.add_argument("--data-dir")
+    reindex.add_argument("--json", action="store_true", help="print the report as JSON")
+    reindex.add_argument("--no-wait", action="store_true", help="with a running service: queue the job and return")
+    reindex.set_defaults(func=cmd_reindex)
 
     token = sub.add_parser("token", help="print a dev token signed with the data directory's secret")
     token.add_argument("--data-dir")
@@ -118,11 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--plan", default="free", choices=["free", "standard", "pro", "max"])
     token.add_argument("--admin", action="store_true")
     token.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="seconds until expiry (0: never)")
+    token.add_argument("--json", action="store_true", help="print the token and its claims as JSON")
     token.set_defaults(func=cmd_token)
 
     from service.surfaces import add_cli_commands
 
     add_cli_commands(sub)
+    from service.mcp.stdio import add_cli as add_mcp_cli
+
+    add_mcp_cli(sub)
     return parser
 
 

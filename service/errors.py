@@ -17,6 +17,7 @@
     ├── RateLimited                     429  rate_limited
     ├── DeadlineExceeded                504  deadline_exceeded
     └── Unavailable                     503  unavailable        (a dependency is down)
+        └── InsufficientStorage         507  insufficient_storage (the data volume is full; the write was refused)
 
 Every error renders as ``{"error": {"code": ..., "message": ...}}`` plus optional ``details``.
 Messages say what to fix; they never name another tenant's data.
@@ -126,6 +127,11 @@ class DeadlineExceeded(AgentSearchError):
 class Unavailable(AgentSearchError):
     status = 503
     code = "unavailable"
+
+
+class InsufficientStorage(Unavailable):
+    status = 507
+    code = "insufficient_storage"
 
 
 class SettingsError(Exception):

@@ -13,7 +13,9 @@ import orjson
 from aiohttp import web
 
 from service.auth import Caller, bearer_token, verify_token
-from service.errors import AgentSearchError, DeadlineExceeded, NotFound, PayloadTooLarge
+from service.engine.store import StoreFullError
+from service.errors import AgentSearchError, DeadlineExceeded, InsufficientStorage, NotFound, PayloadTooLarge
+from service.mcp.jsonrpc import http_error_response as mcp_error_response
 from service.state import ENGINE
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except AgentSearchError as exc:
+        if request.path == "/mcp":
+            return mcp_error_response(exc)  # an MCP client expects a JSON-RPC error body
         return error_response(exc)
     except web.HTTPRequestEntityTooLarge as exc:
         return error_response(PayloadTooLarge(f"request body is too large ({exc.text}); send less per request"))
@@ -77,6 +81,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         )
         headers = {k: v for k, v in exc.headers.items() if k.lower() not in {"content-type", "content-length"}}
         return web.Response(body=orjson.dumps({"error": {"code": code, "message": message}}), status=exc.status, content_type="application/json", headers=headers)
+    except StoreFullError as exc:
+        return error_response(InsufficientStorage(str(exc)))
     except asyncio.CancelledError:
         raise
     except Exception:

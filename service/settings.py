@@ -8,6 +8,8 @@ defaults. Every invalid value raises ``SettingsError`` naming the setting and it
 from __future__ import annotations
 
 import os
+import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -40,6 +42,7 @@ class Settings:
     queue_prefix: str = "agentsearch"
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
+    qdrant_path: Path | None = None
     qdrant_shard_number: int = 2
     qdrant_replication_factor: int = 2
     qdrant_write_consistency_factor: int = 1
@@ -48,12 +51,13 @@ class Settings:
     embeddings_model: str | None = DEFAULT_MODEL
     embeddings_dimensions: int | None = None
     embeddings_timeout_s: float = 5.0
-    embeddings_batch_size: int = 128
+    embeddings_batch_size: int = 512
     query_cache_size: int = 2048
     providers: tuple[ProviderSettings, ...] = ()
     allowed_roots: tuple[Path, ...] = ()
     skip_dirs: tuple[str, ...] = ()
     prewarm_embeddings: bool = False
+    index_dir: Path | None = None
     max_file_bytes: int = 1_000_000
     semantic_scope_limit: int = 800
     revalidate_interval_s: float = 10.0
@@ -69,18 +73,33 @@ class Settings:
     sweep_interval_s: int = 60
     rate_limits_enabled: bool = True
     log_level: str = "INFO"
+    node_id: str | None = None
+    workspace_nodes: tuple[str, ...] = ()
 
     @property
     def store_kind(self) -> str:
-        """``qdrant`` when a server URL is configured, else the embedded ``edge`` default."""
-        return "qdrant" if self.qdrant_url else "edge"
+        """``qdrant`` when a server URL is configured, ``qdrant-local`` for qdrant-client's local mode
+        on ``qdrant_path``, else the embedded ``edge`` default."""
+        if self.qdrant_url:
+            return "qdrant"
+        return "qdrant-local" if self.qdrant_path else "edge"
 
     @property
     def runs_worker_in_process(self) -> bool:
-        """The embedded default runs the arq worker inside the service (the edge shard is single-process)."""
+        """The embedded stores run the arq worker inside the service (they admit one process)."""
         if self.worker_in_process is not None:
             return self.worker_in_process
-        return self.store_kind == "edge"
+        return self.store_kind != "qdrant"
+
+    @property
+    def node_name(self) -> str:
+        """This node's name among ``workspace_nodes``: ``node_id``, else the host name (a pod's name)."""
+        return self.node_id or socket.gethostname()
+
+    @property
+    def routes_workspace_jobs_to_nodes(self) -> bool:
+        """With ``workspace_nodes`` set, workspace jobs go to the queue of the node holding the files."""
+        return bool(self.workspace_nodes)
 
     def provider(self, provider_id: str) -> ProviderSettings | None:
         return next((p for p in self.providers if p.id == provider_id), None)
@@ -128,6 +147,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "port": int,
     "qdrant_url": _optional(str),
     "qdrant_api_key": _optional(str),
+    "qdrant_path": _optional(Path),
     "qdrant_shard_number": int,
     "qdrant_replication_factor": int,
     "qdrant_write_consistency_factor": int,
@@ -141,6 +161,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "allowed_roots": lambda text: tuple(Path(p) for p in _parse_list(text)),
     "skip_dirs": _parse_list,
     "prewarm_embeddings": _parse_bool,
+    "index_dir": _optional(lambda text: Path(text).expanduser()),
     "max_file_bytes": int,
     "semantic_scope_limit": int,
     "revalidate_interval_s": float,
@@ -155,6 +176,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "worker_health_check_s": float,
     "sweep_interval_s": int,
     "rate_limits_enabled": _parse_bool,
+    "node_id": _optional(str),
+    "workspace_nodes": _parse_list,
 }
 
 
@@ -225,7 +248,7 @@ def _load_yaml(path: Path, known: set[str]) -> dict[str, Any]:
     search = raw.pop("search", None)  # seed 002's `search:` block is accepted as-is
     if isinstance(search, dict):
         raw.update(search)
-    unknown = sorted(set(raw) - known - {"version", "index_dir"})
+    unknown = sorted(set(raw) - known - {"version"})
     if unknown:
         raise SettingsError(f"AGENTSEARCH_CONFIG: unknown settings {', '.join(unknown)} in {path}")
     values: dict[str, Any] = {}
@@ -246,6 +269,14 @@ def validate_model_id(model: str, setting: str) -> None:
         raise SettingsError(f"{setting}: {model!r} must have the form provider_id/model_id (e.g. {DEFAULT_MODEL})")
 
 
+_NOT_IN_A_DIRECTORY_NAME = frozenset("/\\\0*?[]{}")
+
+
+def is_directory_name(name: str) -> bool:
+    """Seed 002: skip_dirs entries are exact directory names, not globs or relative paths."""
+    return name not in {"", ".", ".."} and not _NOT_IN_A_DIRECTORY_NAME & set(name)
+
+
 def validate(settings: Settings) -> Settings:
     """Refuse settings that cannot work, naming the setting; returns ``settings`` unchanged."""
 
@@ -256,6 +287,9 @@ def validate(settings: Settings) -> Settings:
         fail("port", f"{settings.port} is not a TCP port (1-65535)")
     if settings.prewarm_embeddings and not settings.embeddings_model:
         fail("prewarm_embeddings", "prewarm_embeddings requires embeddings_model to be set")
+    for name in settings.skip_dirs:
+        if not is_directory_name(name):
+            fail("skip_dirs", f"{name!r} is not a directory name; entries are exact names like 'coverage', not globs or relative paths")
     if settings.embeddings_model:
         validate_model_id(settings.embeddings_model, f"embeddings_model ({env_name('embeddings_model')})")
         provider = settings.embeddings_model.split("/", 1)[0]
@@ -291,6 +325,8 @@ def validate(settings: Settings) -> Settings:
         fail("redis_url", f"{settings.redis_url!r} is not a redis:// URL")
     if settings.qdrant_url and not settings.qdrant_url.startswith(("http://", "https://")):
         fail("qdrant_url", f"{settings.qdrant_url!r} is not an http(s):// URL")
+    if settings.qdrant_url and settings.qdrant_path:
+        fail("qdrant_path", "set either QDRANT_URL (a server) or AGENTSEARCH_QDRANT_PATH (local mode), not both")
     if settings.qdrant_url and not settings.jwt_secret:
         fail("jwt_secret", "is required with QDRANT_URL: every front end must verify tokens with the same secret")
     if settings.rerank_enabled and not (settings.rerank_url or settings.rerank_model_dir):
@@ -299,6 +335,11 @@ def validate(settings: Settings) -> Settings:
         fail("rerank_model_dir", f"{settings.rerank_model_dir} is not a directory")
     if settings.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         fail("log_level", "must be DEBUG, INFO, WARNING or ERROR")
+    if settings.node_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,126}", settings.node_id):
+        fail("node_id", f"{settings.node_id!r} must be 1-127 letters, digits, '.', '_' or '-'")
+    for node in settings.workspace_nodes:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,126}", node):
+            fail("workspace_nodes", f"{node!r} must be 1-127 letters, digits, '.', '_' or '-'")
     for root in settings.allowed_roots:
         if not root.is_dir():
             fail("allowed_roots", f"{root} is not a directory")

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from arq import Retry
 
-from service.engine.embeddings import EmbeddingUnavailable
+from service.engine.embeddings import EmbeddingsDisabled, EmbeddingUnavailable
+from service.engine.migrate import RedisProgress, ReindexNotFinished, reindex
 from service.engine.refresh import embed_records, sweep
 from service.engine.runtime import Engine
 from service.engine.store import StoreError
 
 log = logging.getLogger(__name__)
+
+REINDEX_JOB = "reindex"
+# A reindex slice stops this long before arq's timeout, so its last batch is written and kept.
+REINDEX_MARGIN_S = 15.0
 
 
 def _engine(ctx: dict[str, Any]) -> Engine:
@@ -28,6 +34,10 @@ async def embed_records_job(ctx: dict[str, Any], collection: str, items: list[li
     """Embed the records (key, content hash) of ``collection`` whose hash is still current."""
     try:
         outcome = await embed_records(_engine(ctx), collection, [(key, content_hash) for key, content_hash in items])
+    except EmbeddingsDisabled:
+        # Embeddings are off: the records stay pending (lexical search serves them) until a
+        # model is configured and `agentsearch reindex` or the sweeper queues them again.
+        return {"embedded": 0, "disabled": len(items)}
     except (EmbeddingUnavailable, StoreError) as exc:
         log.warning("embed job will retry", extra={"collection": collection, "error": str(exc), "try": ctx.get("job_try")})
         raise Retry(defer=_backoff_s(ctx)) from exc
@@ -39,10 +49,32 @@ async def sweep_job(ctx: dict[str, Any]) -> dict[str, int]:
     return await sweep(_engine(ctx))
 
 
+async def reindex_job(ctx: dict[str, Any]) -> dict[str, Any]:
+    """``agentsearch reindex`` handed to a running service: rebuild, fill and switch, a slice per try."""
+    engine = _engine(ctx)
+    progress = RedisProgress(engine, str(ctx.get("job_id", "")))
+    deadline = time.monotonic() + max(engine.settings.job_timeout_s - REINDEX_MARGIN_S, 5.0)
+    try:
+        report = await reindex(engine, progress=progress, deadline=deadline)
+    except ReindexNotFinished as exc:
+        await progress.publish(state="running")
+        log.info("reindex continues in the next try", extra={"reason": str(exc)})
+        raise Retry(defer=1) from exc
+    except (EmbeddingUnavailable, StoreError) as exc:
+        await progress.publish(state="retrying", error=str(exc))
+        raise Retry(defer=_backoff_s(ctx)) from exc
+    await progress.publish(state="done", report=report)
+    return report.as_dict()
+
+
 def job_table() -> dict[str, tuple[Any, bool]]:
     """Every job by name: (coroutine, runs on the fast queue). Surfaces contribute theirs."""
     from service.surfaces import surface_jobs
 
-    table: dict[str, tuple[Any, bool]] = {"embed_records": (embed_records_job, False), "sweep": (sweep_job, True)}
+    table: dict[str, tuple[Any, bool]] = {
+        "embed_records": (embed_records_job, False),
+        "sweep": (sweep_job, True),
+        REINDEX_JOB: (reindex_job, True),
+    }
     table.update(surface_jobs())
     return table

@@ -1,28 +1,36 @@
-"""arq worker settings: two workers per process, one per queue, sharing the engine.
+"""arq worker settings: a worker per queue, sharing the engine of the process.
 
 ``embed`` runs batch embedding one job at a time (the model saturates the CPU); ``fast`` runs
-warm-ups and the sweeper cron. JSON serializer, a 30 s health check and short job timeouts, so a
-crashed worker's job re-runs soon (after its timeout + 10 s).
+warm-ups, reindex slices and the sweeper cron. With ``workspace_nodes`` set, a third worker,
+``node``, runs the workspace jobs of this node's queue (``QueueNames.node``): only a process on
+the node holding the workspace's files can index them. JSON serializer, a 30 s health check and
+short job timeouts, so a crashed worker's job re-runs soon (after its timeout + 10 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 from typing import Any
 
 from arq import Worker, cron
+from arq.utils import to_unix_ms
 from arq.worker import func
+from redis.exceptions import RedisError
 
 from service.admin.history import JobRecorder
 from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.queue import deserialize, serialize
 from service.engine.runtime import Engine, create_redis_client
+from service.errors import SettingsError
 from workers.jobs import job_table
 
 log = logging.getLogger(__name__)
 
 MAX_TRIES = 5
+# Jobs that continue by asking for another try (``Retry``) until their work is done.
+MAX_TRIES_BY_JOB = {"reindex": 10_000}
 KEEP_RESULT_S = 3600
 
 
@@ -33,9 +41,10 @@ class RecordingWorker(Worker):
     (success, failure, abort, retry, max tries exceeded, expired job), so hooking them misses none.
     """
 
-    def __init__(self, *args: Any, recorder: JobRecorder, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, recorder: JobRecorder, job_id_prefix: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.recorder = recorder
+        self.job_id_prefix = job_id_prefix
 
     async def finish_job(
         self,
@@ -57,12 +66,22 @@ class RecordingWorker(Worker):
         await super().finish_failed_job(job_id, result_data)
         await self.recorder.finished(self.pool, self.queue_name, job_id, result_data)
 
+    async def run_cron(self, n: datetime, delay: float, num_windows: int = 2) -> None:
+        """arq names a cron run ``<name>:<ms>``; prefix it with the deployment's prefix, as every
+        other job id is, so two deployments on one Redis never drop each other's runs."""
+        for cron_job in self.cron_jobs:
+            if cron_job.next_run is None and cron_job.run_at_startup:
+                cron_job.next_run = n  # what arq's run_cron does first; the id needs the time
+            if cron_job.next_run is not None and self.job_id_prefix:
+                cron_job.job_id = f"{self.job_id_prefix}:{cron_job.name}:{to_unix_ms(cron_job.next_run)}"
+        await super().run_cron(n, delay, num_windows)
 
-def _functions(fast: bool, timeout_s: float) -> list[Any]:
+
+def _functions(fast: bool, timeout_s: float, *, only: frozenset[str] | None = None) -> list[Any]:
     return [
-        func(coroutine, name=name, timeout=timeout_s, max_tries=MAX_TRIES)
+        func(coroutine, name=name, timeout=timeout_s, max_tries=MAX_TRIES_BY_JOB.get(name, MAX_TRIES))
         for name, (coroutine, on_fast_queue) in sorted(job_table().items())
-        if on_fast_queue is fast
+        if (on_fast_queue is fast if only is None else name in only)
     ]
 
 
@@ -77,13 +96,12 @@ async def _load_default_model(ctx: dict[str, Any]) -> None:
             log.warning("worker starts without the default model", extra={"error": str(exc)})
 
 
-def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool = False) -> list[Worker]:
-    """The embed and fast workers over ``engine``'s Redis, with the sweeper cron on the fast one."""
-    settings = engine.settings
-    common: dict[str, Any] = {
+def _common(engine: Engine, *, burst: bool, handle_signals: bool) -> dict[str, Any]:
+    """The arq options every worker of a process shares."""
+    return {
         "job_serializer": serialize,
         "job_deserializer": deserialize,
-        "health_check_interval": settings.worker_health_check_s,
+        "health_check_interval": engine.settings.worker_health_check_s,
         "keep_result": KEEP_RESULT_S,
         "ctx": {"engine": engine},
         "handle_signals": handle_signals,
@@ -95,6 +113,18 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         "allow_abort_jobs": True,
         "recorder": JobRecorder(engine, keep_s=KEEP_RESULT_S),
     }
+
+
+def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool = False, node_only: bool = False) -> list[Worker]:
+    """The embed and fast workers over ``engine``'s Redis, with the sweeper cron on the fast one, and
+    the node worker when workspaces live on several nodes (``node_only``: that one alone)."""
+    settings = engine.settings
+    node_worker = _node_worker(engine, burst=burst, handle_signals=handle_signals)
+    if node_only:
+        if node_worker is None:
+            raise SettingsError("workspace_nodes (AGENTSEARCH_WORKSPACE_NODES): a node-only worker needs the list of workspace nodes")
+        return [node_worker]
+    common = _common(engine, burst=burst, handle_signals=handle_signals)
     interval = settings.sweep_interval_s
     # arq's cron takes calendar sets: every `interval` seconds below a minute, else every N minutes.
     seconds = set(range(0, 60, interval)) if interval < 60 else {0}
@@ -118,6 +148,7 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         **common,
     )
     fast_worker = RecordingWorker(
+        job_id_prefix=settings.queue_prefix,
         redis_pool=create_redis_client(settings.redis_url),
         functions=_functions(True, settings.job_timeout_s),
         queue_name=engine.queue.names.fast,
@@ -125,16 +156,66 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         max_jobs=4,
         **common,
     )
-    return [embed_worker, fast_worker]
+    workers: list[Worker] = [embed_worker, fast_worker]
+    return workers + ([node_worker] if node_worker is not None else [])
+
+
+def _node_worker(engine: Engine, *, burst: bool, handle_signals: bool) -> RecordingWorker | None:
+    """The worker of this node's workspace queue; None on one machine (no ``workspace_nodes``)."""
+    settings = engine.settings
+    if not settings.routes_workspace_jobs_to_nodes:
+        return None
+    if settings.node_name not in settings.workspace_nodes:
+        log.warning(
+            "this node is not among workspace_nodes: no workspace job will reach its queue",
+            extra={"node": settings.node_name, "nodes": list(settings.workspace_nodes)},
+        )
+    worker = RecordingWorker(
+        redis_pool=create_redis_client(settings.redis_url),
+        functions=_functions(True, settings.job_timeout_s, only=engine.queue.node_local_jobs),
+        queue_name=engine.queue.names.node(settings.node_name),
+        max_jobs=2,
+        **_common(engine, burst=burst, handle_signals=handle_signals),
+    )
+    return worker
 
 
 async def run_workers(workers: list[Worker]) -> None:
     """Run workers until they stop (``stop_workers``) or the task is cancelled; close them on the way out."""
     try:
-        await asyncio.gather(*(worker.async_run() for worker in workers))
+        await asyncio.gather(*(_run_through_outages(worker) for worker in workers))
     finally:
         for worker in workers:
-            await worker.close()
+            try:
+                await worker.close()
+            except (RedisError, OSError) as exc:  # Redis down at shutdown: nothing left to tidy there
+                log.warning("worker closed without Redis", extra={"queue": worker.queue_name, "error": str(exc)})
+
+
+async def _run_through_outages(worker: Worker) -> None:
+    """Run one worker; start it again once Redis answers when an outage ends arq's poll loop.
+
+    arq 0.28 lets a connection error out of ``main()``, which would end the worker for good. A
+    failed ``start_jobs`` can also leave a job slot taken, so the slots are reset before the restart,
+    once the jobs still running have finished.
+    """
+    delay_s = 0.5
+    while True:
+        try:
+            await worker.async_run()
+            return
+        except (RedisError, OSError) as exc:
+            log.warning("worker lost Redis; restarting it", extra={"queue": worker.queue_name, "error": str(exc), "retry_in_s": delay_s})
+        running = [task for task in worker.tasks.values() if not task.done()]
+        if running:
+            await asyncio.wait(running)
+        worker.tasks.clear()
+        worker.job_counter = 0
+        worker.sem = asyncio.BoundedSemaphore(worker.max_jobs + 1)
+        if worker.burst and worker.max_burst_jobs == 0:
+            return  # stop_workers() asked it to stop while Redis was down
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, 5.0)
 
 
 def stop_workers(workers: list[Worker]) -> None:

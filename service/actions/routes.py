@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -12,11 +12,15 @@ from aiohttp import web
 from service.actions.ingest import delete_instance, delete_template, write_instances, write_templates
 from service.actions.model import Tier, tenant_of
 from service.actions.parsing import parse_instances_body, parse_search_body, parse_templates_body, resolve_owner
-from service.actions.search import search_actions
+from service.actions.search import SearchAnswer, search_actions
 from service.errors import NotFound, ValidationError
 from service.middleware import caller_of, record_timing
 from service.state import ENGINE
 from service.validation import read_json
+
+if TYPE_CHECKING:
+    from service.auth import Caller
+    from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -83,13 +87,17 @@ async def remove_instance(request: web.Request) -> web.Response:
 @routes.post("/v1/actions/search")
 async def search(request: web.Request) -> web.Response:
     """Seed 003: ranked (service, action) pairs for a query, or every callable instance for an empty one."""
-    engine = request.app[ENGINE]
-    caller = caller_of(request)
-    search_request = parse_search_body(await read_json(request))
-    exceeded = await engine.rate_limiter.check(caller)
-    if exceeded is not None:
-        raise exceeded.error()
-    answer = await search_actions(engine, caller, search_request)
+    answer = await search_for_caller(request.app[ENGINE], caller_of(request), await read_json(request))
     for phase, duration_ms in answer.timings_ms.items():
         record_timing(request, phase, duration_ms)
     return _json(answer.body)
+
+
+async def search_for_caller(engine: Engine, caller: Caller, body: Any) -> SearchAnswer:
+    """Validate a search body, count it against the caller's rate limit, search (this route and the
+    MCP ``action_search`` tool)."""
+    search_request = parse_search_body(body)
+    exceeded = await engine.rate_limiter.check(caller)
+    if exceeded is not None:
+        raise exceeded.error()
+    return await search_actions(engine, caller, search_request)

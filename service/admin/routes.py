@@ -162,6 +162,10 @@ def parse_job_query(request: web.Request, *, strict: bool) -> JobQuery:
         unknown = sorted(set(params) - set(JOB_QUERY_PARAMS))
         if unknown:
             raise ValidationError(f"unknown query parameter(s) {', '.join(unknown)}; use {', '.join(JOB_QUERY_PARAMS)}")
+        # The page's own form sends empty selects (meaning "any"); the API takes a value or no parameter.
+        empty = [name for name in ("status", "queue", "offset", "limit") if name in params and not params[name].strip()]
+        if empty:
+            raise ValidationError(f"query parameter(s) {', '.join(empty)} are empty; give a value or leave the parameter out")
     text = {name: params.get(name, "").strip() for name in ("status", "kind", "surface", "tenant", "queue")}
     for name in ("kind", "tenant"):
         if len(text[name]) > 200:

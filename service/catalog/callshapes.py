@@ -46,6 +46,38 @@ def output_type(payload: Mapping[str, Any]) -> str:
     return str(payload.get("output_type") or "unknown")
 
 
+def has_required_fields(payload: Mapping[str, Any]) -> bool:
+    """Whether the input type names a required field (seed 000: pass ``{}`` when it has none).
+
+    MCP tools say so in their JSON Schema's ``required``; a built-in's TypeScript input type has one
+    when a top-level member is declared without ``?`` (``{ to: string; cc?: string }``).
+    """
+    if payload.get("server") and payload.get("tool"):
+        schema = payload.get("input_schema") or {}
+        return bool(isinstance(schema, Mapping) and schema.get("required"))
+    text = str(payload.get("input_type") or "").strip()
+    if not text.startswith("{"):
+        return text not in ("", "{}", "void", "undefined", "Record<string, never>")
+    depth = 0
+    member: str | None = ""  # the current top-level member's name; None while reading its type
+    previous = ""
+    for char in text:
+        if char in "{[(<":
+            depth += 1
+        elif char in "}])>" and not (char == ">" and previous == "="):  # `=>` closes nothing
+            depth -= 1
+        elif depth == 1 and char in ";,\n":
+            member = ""
+        elif depth == 1 and char == ":" and member is not None:
+            if member.strip() and not member.strip().endswith("?"):
+                return True
+            member = None
+        elif depth == 1 and member is not None:
+            member += char
+        previous = char
+    return False
+
+
 def call_shape(payload: Mapping[str, Any], limit: int = CALL_SHAPE_CHARS) -> str:
     """``kody.emailSend(params: { to: string; subject: string })``, collapsed and truncated to ``limit``."""
     head = f"{accessor(payload)}(params: "

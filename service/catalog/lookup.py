@@ -148,6 +148,11 @@ def _capability_detail(record: Mapping[str, Any]) -> dict[str, Any]:
         "execute": callshapes.execute_snippet(call),
         "inputTypeDefinition": callshapes.input_type(record),
         "outputTypeDefinition": callshapes.output_type(record),
+        "nextStep": (
+            "Run the execute snippet with params matching inputTypeDefinition."
+            if callshapes.has_required_fields(record)
+            else "Run the execute snippet with params {} (no field is required)."
+        ),
     }
 
 
@@ -237,7 +242,7 @@ def export_detail(export: Mapping[str, Any]) -> dict[str, Any]:
         "purpose": export.get("purpose") or "",
         **contract,
     }
-    if export.get("functions"):
+    if len(export.get("functions") or []) > 1:  # seed 000: `functions` when the module is multi-callable
         detail["functions"] = list(export["functions"])
     if export.get("referenced_types"):
         detail["referencedTypes"] = export["referenced_types"]

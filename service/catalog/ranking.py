@@ -11,7 +11,8 @@ reports it on another sample. Without embeddings the same code ranks by BM25 alo
 
 Arrangement, after fusion: an exact-identity bonus (the query is an entity's name), package exports
 as their own hits only on a strong match (else a "best action" hint on the package card, or
-nothing), and MCP tools kept out of unscoped results (they are only searched with a domain scope).
+nothing; a high-confidence export goes ahead of its own package card), and MCP tools kept out of
+unscoped results (they are only searched with a domain scope).
 """
 
 from __future__ import annotations
@@ -253,6 +254,24 @@ def arrange_exports(candidates: list[Scored], q_terms: Sequence[str], package_ca
                 out.append(card)
             else:
                 pending_hints.setdefault(package_id, []).append(candidate)
+    return _exports_before_parents(out)
+
+
+def _exports_before_parents(hits: list[Scored]) -> list[Scored]:
+    """Move each high-confidence export hit just ahead of its own package card when the card ranked higher.
+
+    A package card's text repeats its exports' subpaths and purposes, so a query aimed at one export
+    also matches the card, on evidence borrowed from that export: the export is the better answer.
+    """
+    out = list(hits)
+    for hit in hits:
+        if hit.kind != Kind.EXPORT.value or not hit.extras.get("highConfidence"):
+            continue
+        package_id = str(hit.payload.get("package_id"))
+        parent = next((i for i, h in enumerate(out) if h.kind == Kind.PACKAGE.value and str(h.payload.get("package_id")) == package_id), None)
+        position = out.index(hit)
+        if parent is not None and parent < position:
+            out.insert(parent, out.pop(position))
     return out
 
 

@@ -109,8 +109,13 @@ def card_markdown(position: int, item: Mapping[str, Any]) -> str:
     contract = item.get("contract")
     if contract:
         lines.append(f"   Import: `{contract['importSpecifier']}` · usage `{contract['usage']}`")
-        if contract.get("signature"):
-            lines.append(f"   Signature: `{_one_line(str(contract['signature']), 300)}`")
+        signature = str(contract.get("signature") or "")
+        if signature and "\n" not in signature and len(signature) <= 300:
+            lines.append(f"   Signature: `{signature}`")
+        elif signature:  # never cut: markdown carries the whole contract, like structured content
+            lines.append("   Signature:\n" + _indent(_ts(signature), 3))
+        if contract.get("typeDefinition"):
+            lines.append("   Types:\n" + _indent(_ts(str(contract["typeDefinition"])), 3))
         lines.append("   Execute:\n" + _indent(_ts(str(contract["execute"])), 3))
     if item.get("rankedWith"):
         lines.append(f"   Ranked with `{item['rankedWith']}` (wraps that MCP server)")

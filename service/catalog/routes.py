@@ -5,23 +5,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
+from service.auth import Caller
 from service.catalog import render
 from service.catalog.domains import refresh_domain_stats
 from service.catalog.ingest import delete_entity, require_rights, resolve_owner, write_entities
 from service.catalog.keys import Kind, record_key
 from service.catalog.models import Capability, Domain, parse_entity
-from service.catalog.search import Answer, SearchContext, deadline_answer, parse_request, run_search
+from service.catalog.search import Answer, SearchContext, SearchRequest, deadline_answer, parse_request, run_search
 from service.catalog.state import catalog_state
 from service.catalog.timing import SearchAbandoned, SearchClock
 from service.errors import ValidationError
 from service.middleware import caller_of, record_timing
 from service.state import ENGINE
 from service.validation import Fields, read_json
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
 
@@ -102,38 +106,46 @@ async def delete_entity_route(request: web.Request) -> web.Response:
 @routes.post("/v1/catalog/search")
 async def search(request: web.Request) -> web.Response:
     """Seed 000's search: entity lookups, domain index and listings, exact packages, ranked hits."""
-    engine = request.app[ENGINE]
-    caller = caller_of(request)
     search_request = parse_request(await read_json(request))
+    answer, clock = await search_within_deadline(request.app[ENGINE], caller_of(request), search_request)
+    return _respond(request, answer, clock)
+
+
+async def search_within_deadline(engine: Engine, caller: Caller, search_request: SearchRequest) -> tuple[Answer, SearchClock]:
+    """One search under the request deadline (this route and the MCP ``search`` tool): past it,
+    seed 000's ``Search did not finish within 20s`` answer, and the abandoned search stops."""
     deadline_s = engine.settings.request_deadline_s
     clock = SearchClock(max(0.05, deadline_s - min(_DEADLINE_MARGIN_S, deadline_s * 0.1)))
     task = asyncio.create_task(run_search(SearchContext(engine, caller, search_request, clock)))
     done, _ = await asyncio.wait({task}, timeout=clock.remaining_s())
     if task in done:
         try:
-            answer = task.result()
+            return task.result(), clock
         except SearchAbandoned:
-            answer = deadline_answer(deadline_s)
-    else:
-        clock.abandoned = True
-        task.cancel()  # aborts an in-flight rerank; phases not yet started never run
-        with contextlib.suppress(asyncio.CancelledError, SearchAbandoned):
-            await task
-        log.warning("catalog search abandoned at the deadline", extra={"deadline_s": deadline_s, "phases": [p for p, _ in clock.phases]})
-        answer = deadline_answer(deadline_s)
-    return _respond(request, answer, clock)
+            return deadline_answer(deadline_s), clock
+    clock.abandoned = True
+    task.cancel()  # aborts an in-flight rerank; phases not yet started never run
+    with contextlib.suppress(asyncio.CancelledError, SearchAbandoned):
+        await task
+    log.warning("catalog search abandoned at the deadline", extra={"deadline_s": deadline_s, "phases": [p for p, _ in clock.phases]})
+    return deadline_answer(deadline_s), clock
 
 
-def _respond(request: web.Request, answer: Answer, clock: SearchClock) -> web.Response:
-    timing = clock.timing()
-    for tile in timing["serverTiming"]:
-        record_timing(request, tile["name"], tile["durationMs"])
+def answer_body(answer: Answer, clock: SearchClock) -> dict[str, Any]:
+    """The answer as sent: markdown ``content``, ``structuredContent``, ``isError``, ``timing`` (and ``error``)."""
     body: dict[str, Any] = {
         "content": render.content_of(answer.doc),
         "structuredContent": answer.doc,
         "isError": answer.is_error,
-        "timing": timing,
+        "timing": clock.timing(),
     }
     if answer.error is not None:
         body["error"] = answer.error.body()["error"]
+    return body
+
+
+def _respond(request: web.Request, answer: Answer, clock: SearchClock) -> web.Response:
+    body = answer_body(answer, clock)
+    for tile in body["timing"]["serverTiming"]:
+        record_timing(request, tile["name"], tile["durationMs"])
     return _json(body, status=answer.status, headers=answer.headers or None)

@@ -13,6 +13,7 @@ gave up on stops at its next phase; cancelling the task aborts an in-flight rera
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -303,15 +304,7 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
     if domain is None:
         with ctx.clock.phase("memoryEnrichment"):
             memories = await find_memories(engine, caller, retrieval.query_terms, retrieval.vector)
-    with ctx.clock.phase("jevRerank"):
-        result = await rerank(
-            query,
-            [_candidate(hit) for hit in pool],
-            plan=caller.plan,
-            flag_on=flag_on,
-            scorer=state.scorer,
-            budget_s=engine.settings.rerank_budget_s,
-        )
+    result = await _rerank_stage(ctx, query, pool, flag_on)
     hits = _reorder(pool, result)[: ctx.limit]
     for hit in hits:
         hit.why = hit.why or why_matched(q_terms, hit.payload)
@@ -348,6 +341,28 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
         doc["waiting"] = waiting
     doc["nextStep"] = _ranked_next_step(doc["results"])
     return fit(ctx, doc)
+
+
+async def _rerank_stage(ctx: SearchContext, query: str, pool: Sequence[Scored], flag_on: bool) -> RerankResult:
+    """The rerank stage; its ``jevRerank`` timing tile appears only when the stage ran or attempted
+    (a gate skip is not a run), and an abandoned search still reports the attempt it cut short."""
+    ctx.clock.check()
+    started = time.perf_counter()
+    try:
+        result = await rerank(
+            query,
+            [_candidate(hit) for hit in pool],
+            plan=ctx.caller.plan,
+            flag_on=flag_on,
+            scorer=catalog_state(ctx.engine).scorer,
+            budget_s=ctx.engine.settings.rerank_budget_s,
+        )
+    except BaseException:
+        ctx.clock.add("jevRerank", (time.perf_counter() - started) * 1000)
+        raise
+    if not str(result.telemetry.get("outcome", "")).startswith("skipped-"):
+        ctx.clock.add("jevRerank", result.duration_ms)
+    return result
 
 
 async def _export_parents(engine: Engine, candidates: Sequence[Scored], include_hidden: bool) -> dict[str, Mapping[str, Any]]:

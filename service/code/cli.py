@@ -126,6 +126,26 @@ def _progress(bar: tqdm) -> Any:
     return update
 
 
+class _LazyBar:
+    """A progress bar that appears only once there is something to do (a search of an unchanged
+    workspace prints no bar)."""
+
+    def __init__(self, unit: str, desc: str) -> None:
+        self._unit, self._desc = unit, desc
+        self._bar: tqdm | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if not total:
+                return
+            self._bar = _bar(self._unit, self._desc)
+        _progress(self._bar)(done, total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
 async def _registered(engine: Engine, root: Path, config: SearchConfig | None) -> Workspace:
     """The CLI user's workspace of ``root``; registered (with ``config``) when new or when given."""
     from service.code.runtime import workspaces_of
@@ -208,8 +228,11 @@ async def _search(args: argparse.Namespace) -> int:
     engine = await _open(settings)
     try:
         workspace = await _registered(engine, root, None)
-        with _bar("file", "indexing") as bar:
-            answer = await search_workspace(engine, workspace, request, background=False, sync_budget_s=None, progress=_progress(bar))
+        bar = _LazyBar("file", "indexing")
+        try:
+            answer = await search_workspace(engine, workspace, request, background=False, sync_budget_s=None, progress=bar)
+        finally:
+            bar.close()
     finally:
         await _close(engine)
     if args.json:

@@ -101,7 +101,9 @@ async def sync(engine: Engine, runtime: WorkspaceRuntime, *, deadline: float | N
     """Bring the workspace's index in line with its tree (see the module docstring)."""
     started = time.monotonic()
     workspace = runtime.workspace
-    walked = await asyncio.to_thread(walk, workspace.root, workspace.search.skip_dirs, engine.settings.max_file_bytes)
+    # The service's skip_dirs apply to every workspace, beside the workspace's own.
+    skip_dirs = (*engine.settings.skip_dirs, *workspace.search.skip_dirs)
+    walked = await asyncio.to_thread(walk, workspace.root, skip_dirs, engine.settings.max_file_bytes)
     known = runtime.cache.file_states()
     current = {f.path: f for f in walked.files}
     deleted = sorted(path for path in known if path not in current)

@@ -1,6 +1,7 @@
 """The code surface's arq jobs (fast queue): build a workspace's index, and warm it.
 
-Both are resumable: a revalidation commits batch by batch, so a job whose time runs out asks arq
+Both are node-local (``node_local``): on several workspace nodes they go to the queue of the node
+that holds the workspace's files. Both are resumable: a revalidation commits batch by batch, so a job whose time runs out asks arq
 to run it again (``Retry``) and the next try continues with the files not yet indexed.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 from arq import Retry
 
 from service.code.semantic import IndexNotComplete, index_workspace, warm
+from service.engine.queue import node_local
 from service.engine.runtime import Engine
 from service.engine.store import StoreError
 
@@ -32,6 +34,7 @@ def _retry(ctx: dict[str, Any], workspace_id: str, exc: Exception) -> Retry:
     return Retry(defer=defer)
 
 
+@node_local
 async def index_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[str, int]:
     """Index (or revalidate) the workspace; with ``prewarm_embeddings``, warm it too."""
     engine: Engine = ctx["engine"]
@@ -41,6 +44,7 @@ async def index_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[st
         raise _retry(ctx, workspace_id, exc) from exc
 
 
+@node_local
 async def warm_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[str, int]:
     """Seed 002's background warming after a cold broad fallback: queue every cold chunk for embedding."""
     engine: Engine = ctx["engine"]

@@ -32,6 +32,7 @@ from service.engine.store import Filter, Store
 
 LITERAL_CANDIDATES = 2_000
 REGEX_CANDIDATES = 20_000
+INLINE_MATCH_S = 0.05  # a file's regex match runs on the event loop this long at most
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 _WORD = re.compile(r"\w+")
 
@@ -194,11 +195,7 @@ async def regex_search(
             outcome.timed_out = True
             return outcome
         outcome.chunks_scanned += len(file_chunks)
-        try:
-            found = find_line_matches(compiled, _file_text(file_chunks), limit - len(outcome.matches) + 1, remaining)
-        except RegexTimeout as exc:
-            found = exc.partial
-            outcome.timed_out = True
+        found, outcome.timed_out = await _file_matches(compiled, _file_text(file_chunks), limit - len(outcome.matches) + 1, deadline)
         outcome.matches.extend(LineMatch(_chunk_at(file_chunks, line), line, text) for line, text in found)
         if len(outcome.matches) > limit:
             outcome.matches = outcome.matches[:limit]
@@ -210,6 +207,23 @@ async def regex_search(
             await asyncio.sleep(0)  # a long scan lets other requests run
             last_yield = time.monotonic()
     return outcome
+
+
+async def _file_matches(compiled: regex.Pattern[str], text: str, max_matches: int, deadline: float) -> tuple[list[tuple[int, str]], bool]:
+    """One file's matching lines and whether the budget ran out. A file matches inline for
+    ``INLINE_MATCH_S`` at most; past that (a hostile pattern, a huge file) it is matched again in a
+    thread with the GIL released, so one slow regex never stalls the other requests."""
+    remaining = deadline - time.monotonic()
+    try:
+        return find_line_matches(compiled, text, max_matches, min(remaining, INLINE_MATCH_S)), False
+    except RegexTimeout as exc:
+        if remaining <= INLINE_MATCH_S:
+            return exc.partial, True
+    try:
+        found = await asyncio.to_thread(find_line_matches, compiled, text, max_matches, deadline - time.monotonic(), release_gil=True)
+    except RegexTimeout as exc:
+        return exc.partial, True
+    return found, False
 
 
 def _file_text(chunks: list[CachedChunk]) -> str:

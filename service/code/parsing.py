@@ -15,7 +15,7 @@ from typing import Any
 from service.code.workspace import SearchConfig
 from service.engine.embeddings import LOCAL_PROVIDER
 from service.errors import PathOutsideWorkspace, ValidationError
-from service.settings import DEFAULT_MODEL, Settings
+from service.settings import DEFAULT_MODEL, Settings, is_directory_name
 from service.validation import Fields
 
 MAX_QUERY_CHARS = 1_000
@@ -23,7 +23,6 @@ MAX_LIMIT = 200
 DEFAULT_LIMIT = 20
 MAX_PATH_CHARS = 4_096
 _LOCAL_DIMENSIONS = {DEFAULT_MODEL: 384}
-_GLOB_CHARS = frozenset("*?[]{}")
 
 
 class Mode(StrEnum):
@@ -70,7 +69,10 @@ def parse_register_body(data: Any, settings: Settings) -> tuple[str, SearchConfi
     root = fields.str("root", required=True, max_length=MAX_PATH_CHARS, non_empty=True)
     search_fields = fields.obj("search")
     fields.reject_unknown()
-    config = parse_search_config(search_fields, settings) if search_fields is not None else SearchConfig()
+    if search_fields is None:
+        config = SearchConfig(prewarm_embeddings=settings.prewarm_embeddings)
+    else:
+        config = parse_search_config(search_fields, settings)
     if config.index_dir is not None:
         check_index_dir(Path(config.index_dir), settings)
     return root, config
@@ -82,10 +84,12 @@ def parse_search_config(fields: Fields, settings: Settings) -> SearchConfig:
         check_skip_dir(name)
     model = fields.str("embeddings_model", max_length=200)
     dimensions = fields.int("embeddings_dimensions", minimum=1, maximum=8192)
-    prewarm = fields.bool("prewarm_embeddings")
+    # Omitted: the service's default (its own model then applies, which the settings check requires).
+    prewarm_given = fields.data.get("prewarm_embeddings") is not None
+    prewarm = fields.bool("prewarm_embeddings", default=settings.prewarm_embeddings)
     index_dir = fields.str("index_dir", max_length=MAX_PATH_CHARS)
     fields.reject_unknown()
-    if prewarm and not model:
+    if prewarm_given and prewarm and not model:
         raise ValidationError(
             "search: prewarm_embeddings requires embeddings_model to be set; name a model (provider_id/model_id) "
             "or drop prewarm_embeddings"
@@ -107,7 +111,7 @@ def parse_search_config(fields: Fields, settings: Settings) -> SearchConfig:
 
 def check_skip_dir(name: str) -> None:
     """Seed 002: entries are exact directory names, not globs or relative paths."""
-    if not name or name in {".", ".."} or "/" in name or "\\" in name or "\0" in name or _GLOB_CHARS & set(name):
+    if not is_directory_name(name):
         raise ValidationError(
             f"search.skip_dirs entry {name!r} is not a directory name; entries are exact names like 'coverage', "
             "not globs or relative paths"
@@ -130,12 +134,14 @@ def check_model(model: str, dimensions: int | None, settings: Settings) -> None:
 
 
 def check_index_dir(index_dir: Path, settings: Settings) -> None:
-    """An HTTP caller may only put a cache under the data directory or an allowed workspace base."""
+    """An HTTP caller may only put a cache under the data directory, the service's index_dir or an allowed workspace base."""
     resolved = index_dir.expanduser().resolve()
-    bases = [settings.data_dir.resolve(), *(base.resolve() for base in settings.allowed_roots)]
+    configured = [settings.data_dir, *([settings.index_dir] if settings.index_dir is not None else []), *settings.allowed_roots]
+    bases = [base.resolve() for base in configured]
     if not any(resolved == base or base in resolved.parents for base in bases):
         raise ValidationError(
-            f"search.index_dir {str(index_dir)!r} must lie under the data directory or an allowed workspace base directory"
+            f"search.index_dir {str(index_dir)!r} must lie under the data directory, the service's index_dir "
+            "or an allowed workspace base directory"
         )
 
 
@@ -148,7 +154,10 @@ def resolve_root(raw: str, settings: Settings, *, trusted: bool = False) -> Path
     expanded = os.path.expanduser(raw)
     if not os.path.isabs(expanded):
         raise ValidationError(f"root {raw!r} must be an absolute path")
-    resolved = Path(expanded).resolve()  # symlinks and '..' resolved before the check below
+    try:
+        resolved = Path(expanded).resolve()  # symlinks and '..' resolved before the check below
+    except (RuntimeError, OSError):  # Python 3.11 reports a symlink loop as RuntimeError, later ones as OSError
+        raise ValidationError(f"root {raw!r} is a symlink loop; register a real directory") from None
     if not trusted:
         bases = [base.resolve() for base in settings.allowed_roots]
         if not bases:
@@ -160,6 +169,10 @@ def resolve_root(raw: str, settings: Settings, *, trusted: bool = False) -> Path
                 f"root {raw!r} is not under an allowed workspace base directory (symlinks and '..' are resolved first); "
                 "register a directory inside one"
             )
-    if not resolved.is_dir():
+    try:
+        is_dir = resolved.is_dir()
+    except OSError as exc:  # a name longer than the file system allows, ...
+        raise ValidationError(f"root {raw!r} is not an existing directory ({exc.strerror})") from None
+    if not is_dir:
         raise ValidationError(f"root {raw!r} is not an existing directory")
     return resolved

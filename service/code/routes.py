@@ -6,18 +6,23 @@ the same 404 as for an id that does not exist, so nobody learns another user's w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
 from service.code.parsing import parse_register_body, parse_search_body, resolve_root
 from service.code.runtime import workspaces_of
-from service.code.search import check_regex, check_scope, search_workspace
+from service.code.search import SearchAnswer, check_regex, check_scope, search_workspace
 from service.code.semantic import schedule_indexing
 from service.middleware import caller_of, record_timing
 from service.state import ENGINE
 from service.validation import read_json
+
+if TYPE_CHECKING:
+    from service.auth import Caller
+    from service.code.workspace import Workspace
+    from service.engine.runtime import Engine
 
 routes = web.RouteTableDef()
 
@@ -73,15 +78,23 @@ async def search(request: web.Request) -> web.Response:
     """Seed 002's search tool: text-first output, results, notices and metadata."""
     engine = request.app[ENGINE]
     caller = caller_of(request)
-    workspaces = workspaces_of(engine)
-    workspace = workspaces.owned((caller.user_tenant,), request.match_info["id"])
-    search_request = parse_search_body(await read_json(request))
+    workspace = workspaces_of(engine).owned((caller.user_tenant,), request.match_info["id"])
+    answer = await search_for_caller(engine, caller, workspace, await read_json(request))
+    for phase, duration_ms in answer.timings_ms.items():
+        record_timing(request, phase, duration_ms)
+    return _json(answer.as_dict())
+
+
+async def search_for_caller(
+    engine: Engine, caller: Caller, workspace: Workspace, body: Any, *, deadline_s: float | None = None
+) -> SearchAnswer:
+    """Validate a search body against ``workspace``, count it against the caller's rate limit, search
+    within ``deadline_s`` (default: the request deadline) (this route and the MCP ``code_search`` tool)."""
+    search_request = parse_search_body(body)
     check_scope(workspace, search_request)  # bad input is refused before the rate limit counts it
     check_regex(search_request)
     exceeded = await engine.rate_limiter.check(caller)
     if exceeded is not None:
         raise exceeded.error()
-    answer = await search_workspace(engine, workspace, search_request, deadline_s=engine.settings.request_deadline_s)
-    for phase, duration_ms in answer.timings_ms.items():
-        record_timing(request, phase, duration_ms)
-    return _json(answer.as_dict())
+    deadline_s = engine.settings.request_deadline_s if deadline_s is None else deadline_s
+    return await search_workspace(engine, workspace, search_request, deadline_s=deadline_s)

@@ -84,13 +84,20 @@ def _resolve_path(real_root: Path, path: str | None) -> tuple[str, bool]:
         if normalized == ".." or normalized.startswith("../"):
             raise ScopeError(f"path {raw!r} leaves the workspace; give a path inside it, relative to its root, or '.'")
         candidate = real_root / normalized
-    resolved = candidate.resolve()
+    try:
+        resolved = candidate.resolve()
+    except (RuntimeError, OSError):  # Python 3.11 reports a symlink loop as RuntimeError, later ones as OSError
+        raise ScopeError(f"path {raw!r} is a symlink loop; give a file or directory inside the workspace, or '.'") from None
     if resolved != real_root and real_root not in resolved.parents:
         raise ScopeError(
             f"path {raw!r} resolves outside the workspace (an absolute path or a symlink pointing out); "
             "give a path inside the workspace, relative to its root, or '.'"
         )
-    if not resolved.exists():
+    try:
+        exists = resolved.exists()
+    except OSError as exc:  # a name longer than the file system allows, ...
+        raise ScopeNotFound(f"path {raw!r} does not exist in the workspace ({exc.strerror}); give an existing file or directory, or '.'") from None
+    if not exists:
         raise ScopeNotFound(f"path {raw!r} does not exist in the workspace; give an existing file or directory, or '.'")
     relative = resolved.relative_to(real_root).as_posix()
     return ("" if relative == "." else relative), resolved.is_file()

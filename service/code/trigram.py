@@ -41,6 +41,7 @@ MIN_LITERAL_CHARS = 3
 MAX_EXACT_STRINGS = 64  # alternatives expanded before a regex piece counts as "unknown"
 MAX_CLASS_CHARS = 8  # [abc] is expanded; [a-z] is not
 CONCURRENT_MATCH_CHARS = 65_536
+MAX_FIXED_EXPANSION = 100_000  # characters a pattern's repeat counts may spell out (compile time and memory)
 
 _ID, _PATH, _GRAMS = "chunk_id", "path", "grams"
 
@@ -416,29 +417,64 @@ def regex_compile(pattern: str, ignore_case: bool = False) -> regex.Pattern[str]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # re's FutureWarning on "[[" is not the user's error
             re.compile(pattern, flags)
+            expansion = _fixed_expansion(list(sre_parse.parse(pattern, flags)))
     except re.error as exc:
         where = f" at position {exc.pos}" if exc.pos is not None else ""
         raise ValueError(f"invalid regex{where}: {exc.msg}") from None
     except (RecursionError, OverflowError) as exc:
         raise ValueError(f"invalid regex: {exc}") from None
+    if expansion > MAX_FIXED_EXPANSION:
+        raise ValueError(
+            f"invalid regex: its fixed repeat counts multiply out to {expansion:,} characters (the limit is "
+            f"{MAX_FIXED_EXPANSION:,}); use an open range like {{1,}} or smaller counts"
+        )
     regex_flags = regex.V0 | regex.MULTILINE | (regex.IGNORECASE if ignore_case else 0)
     try:
         return regex.compile(pattern, regex_flags)
     except regex.error as exc:
         raise ValueError(f"invalid regex at position {exc.pos}: {exc.msg}") from None
+    except RecursionError as exc:
+        raise ValueError(f"invalid regex: {exc}") from None
+
+
+def _fixed_expansion(items: list[tuple[Any, Any]]) -> int:
+    """How many characters a pattern's repeat counts spell out: ``regex`` compiles ``a{9999}``
+    into a 9,999-character literal, so nested counts (``(?:a{9999}){9999}``) multiply into
+    gigabytes and minutes of compiling. Each repeat counts its lower bound (at least one) times
+    its body; alternatives add up."""
+    size = 0
+    for op, arg in items:
+        name = str(op)
+        if name in {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}:
+            low, _high, body = arg
+            size += max(low, 1) * _fixed_expansion(list(body))
+        elif name == "SUBPATTERN":
+            size += _fixed_expansion(list(arg[3]))
+        elif name == "ATOMIC_GROUP":
+            size += _fixed_expansion(list(arg))
+        elif name == "BRANCH":
+            size += sum(_fixed_expansion(list(alternative)) for alternative in arg[1])
+        elif name in {"ASSERT", "ASSERT_NOT"}:
+            size += _fixed_expansion(list(arg[1]))
+        elif name == "GROUPREF_EXISTS":
+            size += sum(_fixed_expansion(list(branch)) for branch in arg[1:] if branch is not None)
+        else:
+            size += 1
+    return size
 
 
 def find_line_matches(
-    pattern: regex.Pattern[str], text: str, max_matches: int, timeout_s: float
+    pattern: regex.Pattern[str], text: str, max_matches: int, timeout_s: float, *, release_gil: bool = False
 ) -> list[tuple[int, str]]:
     """Lines of ``text`` where ``pattern`` matches, as (1-based line number, line text), at most
     ``max_matches``, one entry per line (a match spanning lines counts on its first line).
+    ``release_gil``: let other threads run while matching (when called in a worker thread).
 
     Raises :class:`RegexTimeout` (with the matches found so far) past ``timeout_s`` seconds."""
     matches: list[tuple[int, str]] = []
     deadline = time.monotonic() + timeout_s
     # Releasing the GIL costs more than it gives on chunk-sized texts; it pays on whole files.
-    concurrent = True if len(text) >= CONCURRENT_MATCH_CHARS else None
+    concurrent = True if release_gil or len(text) >= CONCURRENT_MATCH_CHARS else None
     position, line_no, counted_to = 0, 1, 0
     while len(matches) < max_matches and position <= len(text):
         remaining = deadline - time.monotonic()

@@ -9,8 +9,8 @@ workspace, and another user's workspace of the same root is a different one.
 Layout under the data directory::
 
     workspaces/<id>/workspace.json    the registry entry (this module)
-    workspaces/<id>/chunks.sqlite     the chunk cache (``cache.py``)  } or under
-    workspaces/<id>/trigram/          the trigram index (``trigram.py``) } <index_dir>/<id>/
+    workspaces/<id>/chunks.sqlite     the chunk cache (``cache.py``)  } or under <index_dir>/<id>/,
+    workspaces/<id>/trigram/          the trigram index (``trigram.py``) } the workspace's or the service's
 
 The registry entry is written atomically (temp file, fsync, rename), so a crash never leaves a
 half-written one, and it survives restarts.
@@ -79,8 +79,11 @@ class Workspace:
     warm: bool = False
 
     def cache_dir(self, settings: Settings) -> Path:
+        """Its own ``index_dir``, else the service's, else beside its registry entry."""
         if self.search.index_dir:
             return Path(self.search.index_dir).expanduser() / self.id
+        if settings.index_dir is not None:
+            return settings.index_dir / self.id
         return settings.data_dir / REGISTRY_DIR / self.id
 
     @property

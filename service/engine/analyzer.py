@@ -4,7 +4,8 @@ Output is lowercase alphanumeric words joined by single spaces, so every backend
 tokenizer (qdrant-edge, qdrant-client local mode, a Qdrant server) splits it identically. For each
 identifier it keeps the whole identifier (``getuserbyid``) and its parts (``get``, ``user``,
 ``by``, ``id``): camelCase, PascalCase, snake_case, kebab-case, dotted names and path parts all split.
-Plural ``s`` is folded on words of five letters or more so ``emails`` meets ``email``.
+Plural ``s`` is folded on every term of five letters or more (parts and whole identifiers alike) so
+``emails`` meets ``email`` and ``getitems`` meets ``get_items``.
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ def identifier_terms(identifier: str) -> Iterator[str]:
         parts.extend(sub)
     folded_parts = [f for f in (_fold(p) for p in parts) if f]
     whole = "".join(folded_parts)
+    # The whole identifier folds its plural like a one-word identifier does: a query typed as
+    # one lowercase word ("getitems") must meet the whole of ``get_items`` / ``getItems``.
     if len(folded_parts) > 1 and whole and len(whole) <= MAX_TERM_LENGTH:
-        yield whole
+        yield _normalize(whole)
     for piece in pieces:
         folded_piece = _fold(piece)
         if folded_piece and folded_piece != whole and folded_piece not in folded_parts and len(folded_piece) <= MAX_TERM_LENGTH:
-            yield folded_piece
+            yield _normalize(folded_piece)
     for part in folded_parts:
         if len(part) <= MAX_TERM_LENGTH:
             yield _normalize(part)

@@ -16,11 +16,12 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
 
-from service.settings import DEFAULT_MODEL, Settings
+from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,10 @@ _ENCODE_SLICE = 32
 
 class EmbeddingUnavailable(Exception):
     """The model is absent, failed or timed out; the message is shown in the search notice."""
+
+
+class EmbeddingsDisabled(EmbeddingUnavailable):
+    """No embeddings model is configured (``none``): not transient, so nothing retries it."""
 
 
 def vector_name(model: str, dimensions: int) -> str:
@@ -143,17 +148,22 @@ class LocalEmbedder:
             self._state = "ready"
 
     def _encode(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), _ENCODE_SLICE):
+        # Slices of similar length pad little: order the texts longest first (as encode does within
+        # one call), encode slice by slice, and put the vectors back in the caller's order.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        vectors: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), _ENCODE_SLICE):
+            positions = order[start : start + _ENCODE_SLICE]
             with self._encode_lock:
                 batch = self._model.encode(
-                    list(texts[start : start + _ENCODE_SLICE]),
+                    [texts[i] for i in positions],
                     batch_size=_ENCODE_SLICE,
                     normalize_embeddings=True,
                     convert_to_numpy=True,
                     show_progress_bar=False,
                 )
-            vectors.extend(batch.tolist())
+            for position, vector in zip(positions, batch.tolist(), strict=True):
+                vectors[position] = vector
         return vectors
 
     async def _ready(self) -> None:
@@ -263,29 +273,75 @@ def _vectors_of(payload: Any, expected: int) -> list[list[float]]:
     return vectors
 
 
+@dataclass(frozen=True)
+class ModelRef:
+    """A model and the dimensions asked of it (None: the model's own); its vectors fill one named vector."""
+
+    model: str
+    dimensions: int | None = None
+
+
 class EmbedderRegistry:
-    """The embedders of this process, by model name; ``default`` is the service's model (or None)."""
+    """The embedders of this process, by model name.
+
+    ``default`` is the *serving* default model: the one whose vectors searches of records without a
+    model of their own use. It is the configured model (``settings.embeddings_model``) until the
+    store says otherwise: after a change of the configured model, the old one keeps serving until
+    ``agentsearch reindex`` has filled the new one's vector and switched (``service.engine.migrate``).
+    ``embeddings_model: none`` disables embeddings whatever the store says.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._embedders: dict[tuple[str, int | None], LocalEmbedder | OpenAIEmbedder] = {}
+        self._serving: ModelRef | None = None
+        self._unbuildable: set[ModelRef] = set()
+
+    @property
+    def configured(self) -> ModelRef | None:
+        """The model the settings name (the target of a migration while another one serves)."""
+        model = self._settings.embeddings_model
+        return ModelRef(model, self._settings.embeddings_dimensions) if model else None
+
+    @property
+    def serving(self) -> ModelRef | None:
+        """The model searches use for default records: the store's marker, else the configured model."""
+        if self.configured is None:
+            return None
+        return self._serving or self.configured
+
+    def set_serving(self, ref: ModelRef | None) -> None:
+        """Serve ``ref`` (read from the store's marker); None: the configured model."""
+        self._serving = ref
 
     @property
     def default_model(self) -> str | None:
-        return self._settings.embeddings_model
+        serving = self.serving
+        return serving.model if serving else None
 
     @property
     def default(self) -> LocalEmbedder | OpenAIEmbedder | None:
-        model = self._settings.embeddings_model
-        return self.get(model, self._settings.embeddings_dimensions) if model else None
+        """The serving default's embedder; None when embeddings are off or it cannot be built here
+        (a serving model whose provider this process lacks: searches then say they are lexical)."""
+        serving = self.serving
+        if serving is None:
+            return None
+        try:
+            return self.get(serving.model, serving.dimensions)
+        except EmbeddingUnavailable as exc:
+            if serving not in self._unbuildable:  # once per model: this property is read per search
+                self._unbuildable.add(serving)
+                log.error("the serving embeddings model cannot be built here", extra={"model": serving.model, "error": str(exc)})
+            return None
 
     def get(self, model: str | None = None, dimensions: int | None = None) -> LocalEmbedder | OpenAIEmbedder:
-        """The embedder for ``model`` (default model when None); ``EmbeddingUnavailable`` if unknown."""
-        model = model or self._settings.embeddings_model or ""
+        """The embedder for ``model`` (the serving default when None); ``EmbeddingUnavailable`` if unknown."""
+        serving = self.serving
+        model = model or (serving.model if serving else "")
         if not model:
-            raise EmbeddingUnavailable("no embeddings model is configured")
-        if model == DEFAULT_MODEL and dimensions is None:
-            dimensions = self._settings.embeddings_dimensions
+            raise EmbeddingsDisabled("no embeddings model is configured")
+        if serving is not None and model == serving.model and dimensions is None:
+            dimensions = serving.dimensions
         key = (model, dimensions)
         embedder = self._embedders.get(key)
         if embedder is None:

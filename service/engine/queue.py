@@ -1,22 +1,28 @@
-"""The job queue: arq on Redis with JSON (never pickle), two queues, and enqueues that never fail a caller.
+"""The job queue: arq on Redis with JSON (never pickle), its queues, and enqueues that never fail a caller.
 
 ``embed`` carries batch embedding work; ``fast`` carries interactive work (workspace warm-ups,
-the sweeper) so a large reindex never starves it. An enqueue while Redis is down is logged and
-dropped: the record is already written, and the sweeper re-enqueues it later.
+the sweeper) so a large reindex never starves it. With ``workspace_nodes`` set, jobs marked
+``node_local`` (their first argument is a workspace id) go instead to ``node:<name>``, the queue
+of the node that holds the workspace's files (``service.routing.node_for_workspace``). An
+enqueue while Redis is down is logged and dropped: the record is already written, and the
+sweeper re-enqueues it later.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from arq.connections import ArqRedis
+from arq.constants import result_key_prefix
 from arq.jobs import Job
 from redis.exceptions import RedisError
+
+from service.routing import node_for_workspace
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +63,23 @@ class QueueNames:
     def all(self) -> tuple[str, str]:
         return (self.embed, self.fast)
 
+    def node(self, name: str) -> str:
+        """The queue of workspace jobs for the workspaces held by node ``name``."""
+        return f"{self.prefix}:queue:node:{name}"
+
+
+_NODE_LOCAL = "__agentsearch_node_local__"
+
+
+def node_local(job: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark an arq job whose first argument is a workspace id: it must run on the node holding that workspace."""
+    setattr(job, _NODE_LOCAL, True)
+    return job
+
+
+def is_node_local(job: Callable[..., Any]) -> bool:
+    return bool(getattr(job, _NODE_LOCAL, False))
+
 
 def batch_job_id(prefix: str, surface: str, items: Sequence[tuple[str, str]]) -> str:
     """``{prefix}:embed:{surface}:{key}:{hash}`` for one record, or a digest of every (key, hash) for a batch.
@@ -74,13 +97,21 @@ def batch_job_id(prefix: str, surface: str, items: Sequence[tuple[str, str]]) ->
 class JobQueue:
     """Enqueue helpers over one ArqRedis pool."""
 
-    def __init__(self, redis: ArqRedis, names: QueueNames) -> None:
+    def __init__(self, redis: ArqRedis, names: QueueNames, *, workspace_nodes: Sequence[str] = (), node_local_jobs: frozenset[str] = frozenset()) -> None:
         self.redis = redis
         self.names = names
+        self.workspace_nodes = tuple(workspace_nodes)
+        self.node_local_jobs = node_local_jobs
+
+    def queue_of(self, function: str, args: Sequence[Any], *, fast: bool) -> str:
+        """The queue a job goes to: its workspace's node queue for a node-local job on several nodes."""
+        if self.workspace_nodes and function in self.node_local_jobs and args:
+            return self.names.node(node_for_workspace(str(args[0]), self.workspace_nodes))
+        return self.names.fast if fast else self.names.embed
 
     async def enqueue(self, function: str, *args: Any, job_id: str | None = None, fast: bool = False, defer_s: float | None = None) -> Job | None:
         """Enqueue a job; None when Redis is unreachable or arq dropped a duplicate id."""
-        queue = self.names.fast if fast else self.names.embed
+        queue = self.queue_of(function, args, fast=fast)
         try:
             return await self.redis.enqueue_job(function, *args, _job_id=job_id, _queue_name=queue, _defer_by=defer_s)
         except (RedisError, OSError) as exc:
@@ -91,4 +122,13 @@ class JobQueue:
         """Queue embedding of ``items`` (record key, content hash) of ``collection``."""
         if not items:
             return None
-        return await self.enqueue("embed_records", collection, [list(item) for item in items], job_id=batch_job_id(self.names.prefix, surface, items))
+        job_id = batch_job_id(self.names.prefix, surface, items)
+        # A finished job of the same id embedded this very text before (text A, then B, then A
+        # again): arq would drop the enqueue while it keeps that result, and the record would stay
+        # pending. The old result is stale history; a queued or running job of the id still dedupes.
+        try:
+            await self.redis.delete(result_key_prefix + job_id)
+        except (RedisError, OSError) as exc:
+            log.warning("enqueue failed; the sweeper will repair it", extra={"function": "embed_records", "job_id": job_id, "error": str(exc)})
+            return None
+        return await self.enqueue("embed_records", collection, [list(item) for item in items], job_id=job_id)

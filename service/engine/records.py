@@ -4,7 +4,9 @@ Every surface stores its records as points of one collection with these payload 
 its own: ``tenant``, ``kind``, ``key`` (unique in the collection), ``terms`` (analyzer output),
 ``embed_text`` (what the model embeds), ``embed_model`` (``provider/model`` or absent for the
 service default), ``content_hash`` (of ``embed_text`` and the model), ``embedded_hash`` (what the
-vector was computed from) and ``embed_state`` (``pending`` | ``done``). An embed job re-reads the
+vector was computed from), ``vector_name`` (the named vector ``embedded_hash`` refers to) and
+``embed_state`` (``pending`` | ``done``); while a new default model is filled in
+(``service.engine.migrate``), ``fill_vector`` and ``fill_hash`` say what its vector was computed from. An embed job re-reads the
 record and skips it when its hash moved on, so a stale job never overwrites a newer record; the
 sweeper re-enqueues every ``pending`` record, so a lost enqueue only delays embedding.
 """
@@ -29,6 +31,8 @@ PENDING = "pending"
 DONE = "done"
 BASE_KEYWORD_FIELDS = ("tenant", "kind", "key", "embed_state", "embed_model")
 BASE_INTEGER_FIELDS = ("pending_since",)
+# Payload fields that describe the stored vectors: a rewrite keeps them (the vectors stay too).
+VECTOR_FIELDS = ("vector_name", "fill_vector", "fill_hash")
 # Records upserted per store call: bounds memory and keeps the event loop responsive.
 WRITE_BATCH = 512
 
@@ -140,6 +144,9 @@ class RecordIndex:
             payload["embed_model"] = record.embed_model
         if embedded_hash:
             payload["embedded_hash"] = embedded_hash
+        for name in VECTOR_FIELDS:
+            if old and name in old:
+                payload[name] = old[name]
         return payload
 
     async def enqueue_embedding(self, items: Sequence[tuple[str, str]]) -> bool:

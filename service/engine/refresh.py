@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.records import DONE, PENDING, RecordIndex
@@ -44,14 +45,22 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
     current = await index.get_many(list(wanted))
     stale = sum(1 for key, payload in current.items() if payload.get("content_hash") != wanted[key])
     missing = len(wanted) - len(current)
-    by_model: dict[str | None, list[tuple[str, str, str]]] = defaultdict(list)
+    by_model: dict[str | None, list[tuple[str, str, Mapping[str, Any]]]] = defaultdict(list)
     for key, payload in current.items():
-        # Already embedded from this very text (a duplicate job, or a sweeper batch): nothing to do.
-        if payload.get("content_hash") == wanted[key] and payload.get("embedded_hash") != wanted[key]:
-            by_model[payload.get("embed_model")].append((key, wanted[key], str(payload.get("embed_text", ""))))
+        if payload.get("content_hash") == wanted[key]:
+            by_model[payload.get("embed_model")].append((key, wanted[key], payload))
     embedded = 0
-    for model, rows in by_model.items():
+    for model, candidates in by_model.items():
         embedder = engine.embedders.get(model)
+        # Already embedded from this very text into this model's vector (a duplicate job, or a
+        # sweeper batch): nothing to do. A vector of another model (the default changed) is redone.
+        rows = [
+            (key, expected, str(payload.get("embed_text", "")))
+            for key, expected, payload in candidates
+            if not is_embedded(payload, expected, embedder.vector_name if embedder.dimensions else None)
+        ]
+        if not rows:
+            continue
         vectors = await embedder.embed_documents([text for _, _, text in rows])
         vector = VectorSpec(embedder.vector_name, embedder.dimensions)
         await engine.ensure_vector(collection, vector)
@@ -59,18 +68,28 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
     return EmbedOutcome(embedded=embedded, stale=stale, missing=missing)
 
 
+def is_embedded(payload: Mapping[str, Any], expected_hash: str, vector_name: str | None) -> bool:
+    """The record has a vector computed from ``expected_hash`` in ``vector_name`` (None: any vector)."""
+    if payload.get("embedded_hash") != expected_hash:
+        return False
+    stored = payload.get("vector_name")
+    return vector_name is None or stored is None or stored == vector_name
+
+
 async def _write_vectors(index: RecordIndex, vector_name: str, rows: list[tuple[str, str, str]], vectors: list[list[float]]) -> int:
     """Write vectors of rows whose hash is still current (re-read: the embed took a while)."""
     store = index.engine.store
     latest = await index.get_many([key for key, _, _ in rows])
-    written = 0
-    for (key, expected_hash, _), values in zip(rows, vectors, strict=True):
-        if latest.get(key, {}).get("content_hash") != expected_hash:
-            continue
-        pid = index.point_id(key)
-        await store.update_vectors(index.collection, [(pid, {vector_name: values})])
+    current = [
+        (index.point_id(key), expected_hash, values)
+        for (key, expected_hash, _), values in zip(rows, vectors, strict=True)
+        if latest.get(key, {}).get("content_hash") == expected_hash
+    ]
+    if current:
+        await store.update_vectors(index.collection, [(pid, {vector_name: values}) for pid, _, values in current])
+    for pid, expected_hash, _ in current:
         await store.set_payload(index.collection, [pid], {"embedded_hash": expected_hash, "embed_state": DONE, "vector_name": vector_name})
-        written += 1
+    written = len(current)
     # A write that landed between our re-read and set_payload would now look done: re-check once.
     after = await index.get_many([key for key, _, _ in rows])
     for key, payload in after.items():
@@ -89,13 +108,15 @@ async def sweep(engine: Engine, *, max_records: int = 100_000, grace_s: float | 
     grace = 2 * engine.settings.job_timeout_s if grace_s is None else grace_s
     cutoff = int(time.time() - grace)
     enqueued: dict[str, int] = {}
+    embeddable = engine.embedders.serving is not None
     for surface, index in engine.surfaces.items():
         items: list[tuple[str, str]] = []
         offset: str | None = None
         pending = Filter(must=(Match("embed_state", PENDING), Range("pending_since", lte=cutoff)))
         while len(items) < max_records:
             page, offset = await engine.store.scroll(index.collection, pending, limit=1024, offset=offset)
-            items.extend((str(p.payload["key"]), str(p.payload["content_hash"])) for p in page)
+            # With embeddings off, only records that name a model of their own can be embedded.
+            items.extend((str(p.payload["key"]), str(p.payload["content_hash"])) for p in page if embeddable or p.payload.get("embed_model"))
             if offset is None:
                 break
         size = engine.settings.embeddings_batch_size
@@ -105,4 +126,4 @@ async def sweep(engine: Engine, *, max_records: int = 100_000, grace_s: float | 
     return enqueued
 
 
-__all__ = ["EmbedOutcome", "EmbeddingUnavailable", "embed_records", "sweep"]
+__all__ = ["EmbedOutcome", "EmbeddingUnavailable", "embed_records", "is_embedded", "sweep"]

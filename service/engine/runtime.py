@@ -6,6 +6,8 @@ commands; surfaces register their collections on it so the sweeper and status pa
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -14,9 +16,9 @@ from redis.asyncio import ConnectionPool
 
 from service.auth import load_or_create_secret
 from service.engine.embeddings import EmbedderRegistry
-from service.engine.queue import JobQueue, QueueNames, deserialize, serialize
+from service.engine.queue import JobQueue, QueueNames, deserialize, is_node_local, serialize
 from service.engine.records import RecordIndex
-from service.engine.store import CollectionSpec, Store, VectorSpec, open_store
+from service.engine.store import CollectionSpec, Store, StoreError, VectorSpec, open_store
 from service.ratelimit import RateLimiter
 from service.settings import Settings
 
@@ -36,6 +38,7 @@ class Engine:
     rate_limiter: RateLimiter
     surfaces: dict[str, RecordIndex] = field(default_factory=dict)
     _vectors: set[tuple[str, str]] = field(default_factory=set)
+    _serving_refresh: asyncio.Task[None] | None = None
 
     async def register(self, surface: str, spec: CollectionSpec) -> RecordIndex:
         """Create the surface's collection if missing and remember it (sweeper, index status)."""
@@ -57,7 +60,25 @@ class Engine:
     def records(self, surface: str) -> RecordIndex:
         return self.surfaces[surface]
 
+    def follow_serving_model(self) -> None:
+        """Re-read the serving model marker every few seconds: a reindex elsewhere may switch it."""
+        from service.engine.migrate import SERVING_REFRESH_S, refresh_serving
+
+        async def follow() -> None:
+            while True:
+                await asyncio.sleep(SERVING_REFRESH_S)
+                try:
+                    await refresh_serving(self)
+                except StoreError as exc:
+                    log.warning("could not read the serving model marker", extra={"error": str(exc)})
+
+        self._serving_refresh = asyncio.create_task(follow())
+
     async def close(self) -> None:
+        if self._serving_refresh is not None:
+            self._serving_refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._serving_refresh
         await self.embedders.close()
         await self.store.close()
         await self.redis.aclose(close_connection_pool=True)
@@ -82,6 +103,7 @@ async def open_engine(settings: Settings, *, store: Store | None = None) -> Engi
             shard_number=settings.qdrant_shard_number,
             replication_factor=settings.qdrant_replication_factor,
             write_consistency_factor=settings.qdrant_write_consistency_factor,
+            local_path=settings.qdrant_path,
         )
     redis = create_redis_client(settings.redis_url)
     engine = Engine(
@@ -89,11 +111,25 @@ async def open_engine(settings: Settings, *, store: Store | None = None) -> Engi
         store=store,
         embedders=EmbedderRegistry(settings),
         redis=redis,
-        queue=JobQueue(redis, QueueNames(settings.queue_prefix)),
+        queue=JobQueue(redis, QueueNames(settings.queue_prefix), workspace_nodes=settings.workspace_nodes, node_local_jobs=node_local_job_names()),
         jwt_secret=secret,
         rate_limiter=RateLimiter(redis, settings.queue_prefix, enabled=settings.rate_limits_enabled),
     )
+    from service.engine.migrate import load_serving
     from service.surfaces import register_surfaces
 
-    await register_surfaces(engine)
+    try:
+        await load_serving(engine)
+        await register_surfaces(engine)
+    except BaseException:
+        await engine.close()
+        raise
+    engine.follow_serving_model()
     return engine
+
+
+def node_local_job_names() -> frozenset[str]:
+    """The surfaces' jobs that must run on the node holding their workspace."""
+    from service.surfaces import surface_jobs
+
+    return frozenset(name for name, (job, _) in surface_jobs().items() if is_node_local(job))

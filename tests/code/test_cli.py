@@ -108,6 +108,23 @@ def test_search_json_answers_the_whole_result(indexed: tuple[Path, Path, subproc
     assert answer["meta"]["mode"] == "lexical" and set(answer) == {"output", "results", "notices", "meta"}
 
 
+def test_every_command_that_prints_a_result_speaks_json(indexed: tuple[Path, Path, subprocess.CompletedProcess[str]], cli_env: dict[str, str]) -> None:
+    tree, data, _ = indexed
+    index = cli("index", str(tree), "--json", "--data-dir", str(data), env=cli_env)
+    assert index.returncode == 0, index.stderr
+    state = json.loads(index.stdout)
+    assert state["root"] == str(tree) and state["files"] == 9 and state["chunks"] > 0
+    token = cli("token", "--sub", "alice", "--org", "acme", "--plan", "pro", "--json", "--data-dir", str(data), env=cli_env)
+    assert token.returncode == 0, token.stderr
+    minted = json.loads(token.stdout)
+    assert minted["claims"]["sub"] == "alice" and minted["claims"]["plan"] == "pro" and minted["token"].count(".") == 2
+    reindex = cli("reindex", "--json", "--data-dir", str(data), env=cli_env)
+    assert reindex.returncode == 0, reindex.stderr
+    report = json.loads(reindex.stdout)
+    assert report["by_collection"]["code"]["records"] == state["chunks"] and report["repaired"] == 0
+    assert report["serving_model"] is None and report["switched"] is False
+
+
 def test_exit_status_like_grep(indexed: tuple[Path, Path, subprocess.CompletedProcess[str]], cli_env: dict[str, str]) -> None:
     tree, data, _ = indexed
     nothing = cli("search", str(tree), "zzqqxx_nowhere", "--mode", "lexical", "--data-dir", str(data), env=cli_env)
@@ -127,3 +144,8 @@ def test_on_a_terminal_output_is_colored_and_indexing_shows_progress(tmp_path: P
     status, shown = cli_on_terminal("search", str(tree), "hash_password", "--mode", "lexical", "--data-dir", str(data), env=cli_env)
     assert status == 0, shown
     assert "\x1b[35msrc/pkg/auth.py\x1b[0m" in shown and "\x1b[1;31mhash_password\x1b[0m" in shown
+    assert "indexing" not in shown, "an unchanged workspace is searched without a progress bar"
+    (tree / "src" / "pkg" / "extra.py").write_text("def hash_password_again() -> None:\n    pass\n")
+    status, shown = cli_on_terminal("search", str(tree), "hash_password_again", "--mode", "lexical", "--data-dir", str(data), env=cli_env)
+    assert status == 0, shown
+    assert "indexing: 100%|" in shown and "\x1b[35msrc/pkg/extra.py\x1b[0m" in shown, shown

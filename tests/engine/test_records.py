@@ -14,6 +14,7 @@ from service.engine.refresh import embed_records, sweep
 from service.engine.runtime import Engine, open_engine
 from service.engine.search import Mode, retrieve
 from service.settings import Settings
+from workers.jobs import embed_records_job
 
 SPEC = collection_spec("testdocs")
 
@@ -97,6 +98,21 @@ async def test_sweeper_enqueues_every_pending_record(engine: Engine, docs: Recor
     assert enqueued["testdocs"] == 3
     queued = await engine.redis.zcard(engine.queue.names.embed)
     assert queued >= 1
+
+
+async def test_with_embeddings_off_jobs_end_at_once_and_the_sweeper_leaves_records_alone(settings: Settings) -> None:
+    engine = await open_engine(replace(settings, embeddings_model=None))
+    try:
+        index = await engine.register("testdocs", SPEC)
+        await index.write((record(k, v) for k, v in DOCS.items()), embed=False)
+        items = [[k, record(k, v).content_hash] for k, v in DOCS.items()]
+        # A job queued before the model was switched off ends without a retry (no Retry raised).
+        assert await embed_records_job({"engine": engine, "job_try": 1}, index.collection, items) == {"embedded": 0, "disabled": 3}
+        assert (await sweep(engine, grace_s=-1))["testdocs"] == 0, "nothing can embed them: no jobs are queued"
+        assert await engine.redis.zcard(engine.queue.names.embed) == 0
+        assert (await index.counts())["pending"] == 3, "the records stay, served lexically"
+    finally:
+        await engine.close()
 
 
 async def test_tenant_filter_keeps_other_tenants_out(engine: Engine, docs: RecordIndex) -> None:

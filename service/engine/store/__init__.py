@@ -16,12 +16,13 @@ from .base import (
     Range,
     Store,
     StoreError,
+    StoreFullError,
     StoreLockedError,
     VectorSpec,
     point_id,
 )
 
-STORE_KINDS = ("edge", "qdrant")
+STORE_KINDS = ("edge", "qdrant", "qdrant-local")
 
 
 async def open_store(
@@ -33,8 +34,11 @@ async def open_store(
     shard_number: int | None,
     replication_factor: int | None,
     write_consistency_factor: int | None,
+    local_path: Path | None = None,
 ) -> Store:
-    """The store of ``kind``: ``"edge"`` (embedded, in ``data_dir``) or ``"qdrant"`` (server at ``qdrant_url``).
+    """The store of ``kind``: ``"edge"`` (embedded, in ``data_dir``), ``"qdrant"`` (server at
+    ``qdrant_url``) or ``"qdrant-local"`` (qdrant-client's local mode in ``local_path``: the server
+    adapter without a server, one process, small data).
 
     ``edge`` takes the directory's lock at once: a second process gets ``StoreLockedError``. The
     qdrant client connects lazily, on the first call. The adapters are imported here, not at module
@@ -58,6 +62,16 @@ async def open_store(
             replication_factor=replication_factor,
             write_consistency_factor=write_consistency_factor,
         )
+    if kind == "qdrant-local":
+        if local_path is None:
+            raise StoreError("the qdrant-local store needs a directory")
+        from .client import QdrantClientStore
+
+        Path(local_path).mkdir(parents=True, exist_ok=True)
+        try:
+            return QdrantClientStore.local(Path(local_path))
+        except RuntimeError as exc:  # qdrant-client's own lock: "already accessed by another instance"
+            raise StoreLockedError(f"the qdrant local-mode directory {local_path} is open in another process: {exc}") from None
     raise StoreError(f"unknown store kind {kind!r}; expected one of {', '.join(STORE_KINDS)}")
 
 
@@ -74,6 +88,7 @@ __all__ = [
     "Range",
     "Store",
     "StoreError",
+    "StoreFullError",
     "StoreLockedError",
     "VectorSpec",
     "open_store",

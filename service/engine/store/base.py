@@ -131,6 +131,10 @@ class StoreError(Exception):
     """The backend failed (I/O, disk full, server unreachable); the message says which."""
 
 
+class StoreFullError(StoreError):
+    """The data volume is (nearly) full: the write was refused before the engine could run out of space mid-write."""
+
+
 class StoreLockedError(StoreError):
     """Another process owns the embedded store's data directory; the message names its pid."""
 

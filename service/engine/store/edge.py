@@ -23,6 +23,11 @@ Facts about qdrant-edge 0.9 that shape this module (measured on the 2-core dev m
   top-level boolean payload values are mirrored into keyword shadow fields (see ``_BOOL_SHADOW``).
 - The engine refuses a shard without any vector, so a collection created with no dense vector gets
   an unused sparse placeholder vector.
+- The shard's files are memory-mapped and grow in steps of up to 32 MB (WAL segments, storage
+  pages): on a full volume a write faults inside the engine and the process dies of SIGBUS, with
+  no error to catch (seen on ext4 and tmpfs). So every write first checks the volume keeps
+  ``DISK_RESERVE_BYTES`` free and is refused with ``StoreFullError`` otherwise; what was written
+  before stays readable and survives a restart.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -53,6 +59,7 @@ from .base import (
     PointRecord,
     Range,
     StoreError,
+    StoreFullError,
     StoreLockedError,
     VectorSpec,
 )
@@ -75,6 +82,9 @@ WRITE_CHUNK_POINTS = 256
 # writes durable, so flush to keep WAL replay short, not for safety.
 FLUSH_EVERY_CHANGES = 5_000
 FLUSH_EVERY_S = 30.0
+
+# Free space every write leaves on the data volume: a few growth steps of the engine's mapped files.
+DISK_RESERVE_BYTES = 128 * 1024 * 1024
 
 _LOCK_FILE = ".lock"
 _SIDECAR = "collection.json"
@@ -150,6 +160,7 @@ class EdgeStore:
 
     async def upsert(self, collection: str, points: Sequence[PointRecord]) -> None:
         coll = self._collection(collection)
+        self._ensure_space(collection)
         async with coll.write_lock:
             for chunk in _chunks(points, WRITE_CHUNK_POINTS):
                 edge_points = [qe.Point(p.id, _vectors_in(p.vectors), _payload_in(p.payload)) for p in chunk]
@@ -159,6 +170,7 @@ class EdgeStore:
 
     async def overwrite_payload(self, collection: str, point_id: str, payload: Mapping[str, Any]) -> None:
         coll = self._collection(collection)
+        self._ensure_space(collection)
         async with coll.write_lock:
             op = qe.UpdateOperation.overwrite_payload([point_id], _payload_in(payload))
             self._update(coll, "overwrite a payload", op, 1)
@@ -166,6 +178,7 @@ class EdgeStore:
 
     async def set_payload(self, collection: str, point_ids: Sequence[str], payload: Mapping[str, Any]) -> None:
         coll = self._collection(collection)
+        self._ensure_space(collection)
         async with coll.write_lock:
             ids: list[qe.PointId] = list(point_ids)
             self._update(coll, "set payload", qe.UpdateOperation.set_payload(ids, _payload_in(payload)), len(ids))
@@ -179,6 +192,7 @@ class EdgeStore:
         self, collection: str, vectors: Sequence[tuple[str, Mapping[str, Sequence[float]]]]
     ) -> None:
         coll = self._collection(collection)
+        self._ensure_space(collection)
         async with coll.write_lock:
             for chunk in _chunks(vectors, WRITE_CHUNK_POINTS):
                 point_vectors = [qe.PointVectors(point_id, _vectors_in(named)) for point_id, named in chunk]
@@ -444,6 +458,19 @@ class EdgeStore:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
             _fsync_dir(path.parent)
+
+    def _ensure_space(self, collection: str) -> None:
+        """Refuse a write that could leave the volume without room for the engine's next file growth."""
+        try:
+            free = shutil.disk_usage(self.root).free
+        except OSError as exc:
+            raise StoreError(f"cannot read the free space of the index directory {self.root}: {exc}") from exc
+        if free < DISK_RESERVE_BYTES:
+            raise StoreFullError(
+                f"the data volume of {self.root} has {free // 2**20} MB free, under the {DISK_RESERVE_BYTES // 2**20} MB "
+                f"the index keeps in reserve; nothing was written to collection {collection!r}. Free space on that volume "
+                "(or grow it), then retry."
+            )
 
     def _update(self, coll: _Collection, what: str, op: qe.UpdateOperation, changes: int) -> None:
         with self._errors(what, coll.spec.name):

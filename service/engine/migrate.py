@@ -1,0 +1,427 @@
+"""Reindex and model migration: rebuild every index from its records, and change the default model without downtime.
+
+Records hold everything their index entries derive from (``embed_text``, ``embed_model``), so
+``reindex`` rebuilds from them alone, in four steps, each resumable after a crash:
+
+1. **records**: each record's ``content_hash`` is derived again from its text and model. A record
+   whose stored state disagrees (another hash, ``done`` without a current vector, a vector of a
+   model that does not serve) goes back to ``pending`` and gets an embed job.
+2. **fill**: when the configured default model differs from the serving one, the new model's
+   vector (a new named vector: names carry model and dimension) is computed for every embedded
+   record of the default model, batch by batch, while searches keep using the old vector.
+   ``fill_vector``/``fill_hash`` on a record say what its new vector was computed from, so a crash
+   loses at most one batch. Records written meanwhile are filled by the next pass; the fill ends
+   with a pass that finds nothing left.
+3. **switch**: the serving marker (a point of the ``engine_meta`` collection, so it lives where
+   the vectors live and every front end and worker reads the same one) names the new model.
+   Processes read it at start and every ``SERVING_REFRESH_S`` seconds.
+4. **reconcile**: once every process has switched (a wait of two refresh periods when other
+   processes may serve, with a Qdrant server), records embedded meanwhile with the old model get
+   the new vector, and every record's ``vector_name`` names it. The old vector stays in the
+   collection, unused.
+
+The migration's own marker (``migration``) records the target and the step reached; the
+``reindex`` job publishes progress to Redis (``{prefix}:reindex:progress``) for the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from service.engine.embeddings import EmbeddingUnavailable, LocalEmbedder, ModelRef, OpenAIEmbedder
+from service.engine.records import DONE, PENDING, RecordIndex, content_hash
+from service.engine.store import CollectionSpec, PointRecord, VectorSpec, point_id
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+log = logging.getLogger(__name__)
+
+META_COLLECTION = "engine_meta"
+META_SPEC = CollectionSpec(name=META_COLLECTION)
+SERVING_KEY = "serving_model"
+MIGRATION_KEY = "migration"
+# How often every process re-reads the serving marker; the switch waits two of these.
+SERVING_REFRESH_S = 5.0
+SCROLL_PAGE = 512
+MAX_FILL_PASSES = 20
+
+Progress = Callable[["ReindexProgress"], None]
+Embedder = LocalEmbedder | OpenAIEmbedder
+
+
+class ReindexNotFinished(Exception):
+    """The deadline passed before the reindex was done; running it again continues where it stopped."""
+
+
+@dataclass(frozen=True)
+class ReindexProgress:
+    """Where a reindex stands: ``step`` (records | fill | switch | reconcile | done), per collection."""
+
+    step: str
+    collection: str = ""
+    done: int = 0
+    total: int = 0
+
+
+@dataclass
+class ReindexReport:
+    """What a reindex did."""
+
+    serving_model: str | None = None
+    target_model: str | None = None
+    switched: bool = False
+    records: int = 0
+    repaired: int = 0
+    filled: int = 0
+    reconciled: int = 0
+    passes: int = 0
+    by_collection: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- the markers -----------------------------------------------------------------------------
+
+
+async def read_marker(engine: Engine, key: str) -> Mapping[str, Any] | None:
+    points = await engine.store.retrieve(META_COLLECTION, [point_id(META_COLLECTION, key)])
+    return points[0].payload if points else None
+
+
+async def write_marker(engine: Engine, key: str, payload: Mapping[str, Any]) -> None:
+    body = {**payload, "key": key, "tenant": "global", "terms": "", "updated_at": time.time()}
+    await engine.store.upsert(META_COLLECTION, [PointRecord(id=point_id(META_COLLECTION, key), payload=body)])
+
+
+def _ref(payload: Mapping[str, Any] | None, prefix: str = "") -> ModelRef | None:
+    if not payload or not payload.get(f"{prefix}model"):
+        return None
+    dimensions = payload.get(f"{prefix}dimensions")
+    return ModelRef(str(payload[f"{prefix}model"]), int(dimensions) if dimensions else None)
+
+
+async def load_serving(engine: Engine) -> None:
+    """Read (or, on a new store, write) the serving marker; the registry serves what it names."""
+    await engine.store.ensure_collection(META_SPEC)
+    configured = engine.embedders.configured
+    marker = _ref(await read_marker(engine, SERVING_KEY))
+    if configured is not None and marker is None:
+        await write_marker(engine, SERVING_KEY, {"model": configured.model, "dimensions": configured.dimensions})
+        marker = configured
+    _serve(engine, marker)
+
+
+async def refresh_serving(engine: Engine) -> None:
+    """Follow a switch made by another process (a reindex run elsewhere)."""
+    _serve(engine, _ref(await read_marker(engine, SERVING_KEY)))
+
+
+def _serve(engine: Engine, marker: ModelRef | None) -> None:
+    registry = engine.embedders
+    if marker == registry.serving or registry.configured is None:
+        return
+    registry.set_serving(marker)
+    if marker is not None and marker != registry.configured:
+        log.warning(
+            "the configured embeddings model does not serve yet; run `agentsearch reindex` to fill its vectors and switch",
+            extra={"serving": marker.model, "configured": registry.configured.model},
+        )
+    else:
+        log.info("serving embeddings model", extra={"model": marker.model if marker else None})
+
+
+# ---- reindex ---------------------------------------------------------------------------------
+
+
+async def reindex(
+    engine: Engine,
+    *,
+    progress: Progress | None = None,
+    deadline: float | None = None,
+    settle_s: float | None = None,
+) -> ReindexReport:
+    """Repair every record, then fill, switch to and reconcile the configured default model if it
+    does not serve yet. ``deadline`` (monotonic) raises ``ReindexNotFinished`` between batches;
+    ``settle_s`` is how long the switch waits for other processes (default: two refresh periods
+    with a Qdrant server, none for the single-process embedded store)."""
+    notify = progress or (lambda _: None)
+    await refresh_serving(engine)
+    registry = engine.embedders
+    serving, target = registry.serving, registry.configured
+    report = ReindexReport(serving_model=serving.model if serving else None)
+    serving_vector = _vector_name(registry.default)
+    for index in engine.surfaces.values():
+        records, repaired = await _repair(engine, index, serving_vector, notify)
+        report.records += records
+        report.repaired += repaired
+        report.by_collection.setdefault(index.collection, {}).update(records=records, repaired=repaired)
+    migration = await read_marker(engine, MIGRATION_KEY)
+    if target is None:
+        notify(ReindexProgress("done"))
+        return report
+    embedder = registry.get(target.model, target.dimensions)
+    if serving != target or (migration and migration.get("state") != "done"):
+        await _probe_dimensions(embedder)
+    if serving != target:
+        report.target_model = target.model
+        await _fill(engine, embedder, serving, report, notify, deadline)
+        await _switch(engine, target)
+        report.switched = True
+        migration = await read_marker(engine, MIGRATION_KEY)
+    # "filling" here too: a run that died between writing the serving marker and its own marker.
+    if migration and migration.get("state") in ("filling", "switched") and migration.get("target_vector") == _vector_name(embedder):
+        report.target_model = target.model
+        others_may_serve = engine.settings.store_kind == "qdrant"  # the embedded stores admit one process
+        wait = settle_s if settle_s is not None else (2 * SERVING_REFRESH_S if others_may_serve else 0.0)
+        notify(ReindexProgress("switch", total=int(wait)))
+        await asyncio.sleep(wait)
+        for index in engine.surfaces.values():
+            reconciled = await _reconcile(engine, index, embedder, notify, deadline)
+            report.reconciled += reconciled
+            report.by_collection.setdefault(index.collection, {})["reconciled"] = reconciled
+        await write_marker(engine, MIGRATION_KEY, {**migration, "state": "done", "finished_at": time.time()})
+    report.serving_model = registry.default_model
+    notify(ReindexProgress("done"))
+    return report
+
+
+async def _probe_dimensions(embedder: Embedder) -> None:
+    """An OpenAI-compatible model without configured dimensions tells them on its first answer;
+    the vector's name carries them, so learn them before naming it."""
+    if not embedder.dimensions:
+        await embedder.embed_documents(["dimension probe"])
+
+
+def _vector_name(embedder: Embedder | None) -> str | None:
+    return embedder.vector_name if embedder is not None and embedder.dimensions else None
+
+
+async def _scroll_all(engine: Engine, collection: str) -> Any:
+    offset: str | None = None
+    while True:
+        page, offset = await engine.store.scroll(collection, None, limit=SCROLL_PAGE, offset=offset)
+        yield page
+        if offset is None:
+            return
+
+
+def _is_default(payload: Mapping[str, Any]) -> bool:
+    return not payload.get("embed_model")
+
+
+async def _repair(engine: Engine, index: RecordIndex, serving_vector: str | None, notify: Progress) -> tuple[int, int]:
+    """Step 1: derive each record's hash again and put back to pending what has no current vector."""
+    seen = repaired = 0
+    to_embed: list[tuple[str, str]] = []
+    async for page in _scroll_all(engine, index.collection):
+        for point in page:
+            payload = point.payload
+            seen += 1
+            expected = content_hash(str(payload.get("embed_text", "")), payload.get("embed_model") or None)
+            state = payload.get("embed_state")
+            wanted = state
+            if state in (DONE, PENDING):
+                stored = payload.get("vector_name")
+                vector_ok = not _is_default(payload) or serving_vector is None or stored in (None, serving_vector, payload.get("fill_vector"))
+                wanted = DONE if payload.get("embedded_hash") == expected and vector_ok else PENDING
+            if payload.get("content_hash") == expected and state == wanted:
+                continue
+            changes: dict[str, Any] = {"content_hash": expected, "embed_state": wanted}
+            if wanted == PENDING:
+                # pending_since 0: the sweeper takes it at once if the job queued below is lost.
+                changes["pending_since"] = 0
+                to_embed.append((str(payload["key"]), expected))
+            await engine.store.set_payload(index.collection, [point.id], changes)
+            repaired += 1
+        notify(ReindexProgress("records", index.collection, seen, seen))
+    await index.enqueue_embedding(to_embed)
+    if repaired:
+        log.info("reindex repaired records", extra={"collection": index.collection, "repaired": repaired})
+    return seen, repaired
+
+
+def _needs_fill(payload: Mapping[str, Any], target_vector: str) -> bool:
+    """An embedded default-model record whose new vector is missing or from another text."""
+    current = payload.get("content_hash")
+    return (
+        _is_default(payload)
+        and payload.get("embed_state") == DONE
+        and payload.get("embedded_hash") == current
+        and not (payload.get("fill_vector") == target_vector and payload.get("fill_hash") == current)
+    )
+
+
+async def _fill(engine: Engine, embedder: Embedder, serving: ModelRef | None, report: ReindexReport, notify: Progress, deadline: float | None) -> None:
+    """Step 2: passes over every collection until one finds nothing left to fill."""
+    target_vector = embedder.vector_name
+    marker = {
+        "state": "filling",
+        "target_model": embedder.model,
+        "target_dimensions": engine.embedders.configured.dimensions if engine.embedders.configured else None,
+        "target_vector": target_vector,
+        "source_model": serving.model if serving else None,
+        "started_at": time.time(),
+    }
+    previous = await read_marker(engine, MIGRATION_KEY)
+    if previous and previous.get("target_vector") == target_vector and previous.get("state") == "filling":
+        marker["started_at"] = previous.get("started_at", marker["started_at"])  # a resumed run
+    await write_marker(engine, MIGRATION_KEY, marker)
+    for index in engine.surfaces.values():
+        await engine.ensure_vector(index.collection, VectorSpec(target_vector, embedder.dimensions))
+    for _ in range(MAX_FILL_PASSES):
+        report.passes += 1
+        filled = 0
+        for index in engine.surfaces.values():
+            count = await _fill_collection(engine, index, embedder, notify, deadline)
+            filled += count
+            stats = report.by_collection.setdefault(index.collection, {})
+            stats["filled"] = stats.get("filled", 0) + count
+        report.filled += filled
+        if filled == 0:
+            return
+    log.warning("records kept changing during the fill; switching, the reconcile step embeds the rest")
+
+
+async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedder, notify: Progress, deadline: float | None) -> int:
+    target_vector = embedder.vector_name
+    todo: list[tuple[str, str, str]] = []
+    total = 0
+    async for page in _scroll_all(engine, index.collection):
+        for point in page:
+            payload = point.payload
+            if _is_default(payload) and payload.get("embed_state") == DONE:
+                total += 1
+                if _needs_fill(payload, target_vector):
+                    todo.append((str(payload["key"]), str(payload["content_hash"]), str(payload.get("embed_text", ""))))
+    done = total - len(todo)
+    notify(ReindexProgress("fill", index.collection, done, total))
+    filled = 0
+    batch_size = engine.settings.embeddings_batch_size
+    for start in range(0, len(todo), batch_size):
+        if deadline is not None and time.monotonic() > deadline:
+            raise ReindexNotFinished(f"filled {done} of {total} records of {index.collection}")
+        batch = todo[start : start + batch_size]
+        filled += await _write_target(engine, index, embedder, batch, {"fill_vector": target_vector}, fill_hash=True)
+        done += len(batch)
+        notify(ReindexProgress("fill", index.collection, done, total))
+    return filled
+
+
+async def _write_target(
+    engine: Engine, index: RecordIndex, embedder: Embedder, rows: Sequence[tuple[str, str, str]], extra: Mapping[str, Any], *, fill_hash: bool
+) -> int:
+    """Embed rows (key, hash, text) with ``embedder`` and write its vector where the hash is still current."""
+    vectors = await embedder.embed_documents([text for _, _, text in rows])
+    latest = await index.get_many([key for key, _, _ in rows])
+    written = 0
+    for (key, expected, _), values in zip(rows, vectors, strict=True):
+        if latest.get(key, {}).get("content_hash") != expected:
+            continue  # changed meanwhile: a later pass takes the new text
+        pid = index.point_id(key)
+        await engine.store.update_vectors(index.collection, [(pid, {embedder.vector_name: values})])
+        payload = {**extra, "fill_hash": expected} if fill_hash else {**extra, "embedded_hash": expected, "fill_hash": expected}
+        await engine.store.set_payload(index.collection, [pid], payload)
+        written += 1
+    return written
+
+
+async def _switch(engine: Engine, target: ModelRef) -> None:
+    """Step 3: the serving marker names the new model; this process serves it at once."""
+    await write_marker(engine, SERVING_KEY, {"model": target.model, "dimensions": target.dimensions})
+    migration = await read_marker(engine, MIGRATION_KEY) or {}
+    await write_marker(engine, MIGRATION_KEY, {**migration, "state": "switched", "switched_at": time.time()})
+    engine.embedders.set_serving(target)
+    log.info("switched the default embeddings model", extra={"model": target.model})
+
+
+async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, notify: Progress, deadline: float | None) -> int:
+    """Step 4: every embedded default record gets the new vector and names it in ``vector_name``."""
+    target_vector = embedder.vector_name
+    relabel: list[str] = []
+    todo: list[tuple[str, str, str]] = []
+    async for page in _scroll_all(engine, index.collection):
+        for point in page:
+            payload = point.payload
+            if not (_is_default(payload) and payload.get("embed_state") == DONE):
+                continue
+            current = payload.get("content_hash")
+            if payload.get("fill_vector") == target_vector and payload.get("fill_hash") == current:
+                if payload.get("vector_name") != target_vector or payload.get("embedded_hash") != current:
+                    relabel.append(point.id)
+                    await engine.store.set_payload(index.collection, [point.id], {"vector_name": target_vector, "embedded_hash": current})
+            elif payload.get("vector_name") != target_vector:
+                todo.append((str(payload["key"]), str(current), str(payload.get("embed_text", ""))))
+    notify(ReindexProgress("reconcile", index.collection, 0, len(todo)))
+    batch_size = engine.settings.embeddings_batch_size
+    done = 0
+    for start in range(0, len(todo), batch_size):
+        if deadline is not None and time.monotonic() > deadline:
+            raise ReindexNotFinished(f"reconciled {done} of {len(todo)} records of {index.collection}")
+        batch = todo[start : start + batch_size]
+        done += await _write_target(engine, index, embedder, batch, {"fill_vector": target_vector, "vector_name": target_vector}, fill_hash=False)
+        notify(ReindexProgress("reconcile", index.collection, done, len(todo)))
+    return len(relabel) + done
+
+
+# ---- progress through Redis (the job in a running service, the command waiting for it) ---------
+
+
+def progress_key(prefix: str) -> str:
+    return f"{prefix}:reindex:progress"
+
+
+class RedisProgress:
+    """Publishes a running reindex's progress, at most once a second, for ``agentsearch reindex``."""
+
+    def __init__(self, engine: Engine, job_id: str) -> None:
+        self._engine = engine
+        self._job_id = job_id
+        self._last = 0.0
+        self._pending: ReindexProgress | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, update: ReindexProgress) -> None:
+        self._pending = update
+        if time.monotonic() - self._last >= 1.0:
+            self._last = time.monotonic()
+            task = asyncio.get_running_loop().create_task(self.publish(state="running"))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def publish(self, *, state: str, report: ReindexReport | None = None, error: str | None = None) -> None:
+        body: dict[str, Any] = {"job_id": self._job_id, "state": state, "at": time.time()}
+        if self._pending is not None:
+            body["progress"] = asdict(self._pending)
+        if report is not None:
+            body["report"] = report.as_dict()
+        if error is not None:
+            body["error"] = error
+        try:
+            await self._engine.redis.set(progress_key(self._engine.settings.queue_prefix), orjson.dumps(body), ex=24 * 3600)
+        except (RedisError, OSError) as exc:
+            log.warning("reindex progress not published", extra={"error": str(exc)})
+
+
+__all__ = [
+    "META_COLLECTION",
+    "SERVING_REFRESH_S",
+    "EmbeddingUnavailable",
+    "RedisProgress",
+    "ReindexNotFinished",
+    "ReindexProgress",
+    "ReindexReport",
+    "load_serving",
+    "progress_key",
+    "refresh_serving",
+    "reindex",
+]

@@ -1,0 +1,116 @@
+"""The ``agentsearch reindex`` command: rebuild every index from its records, switch the default model.
+
+The work is ``service.engine.migrate.reindex``. The command runs it in its own process when it can
+open the store (a Qdrant server, or an embedded data directory no service holds); when a service
+holds the embedded data directory, it queues the ``reindex`` job for that service's in-process
+worker, so searches go on during the fill, and follows its progress through Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+import uuid
+from typing import Any
+
+import orjson
+from arq.jobs import Job, JobStatus
+from redis.exceptions import RedisError
+
+from service.cli import configure_logging
+from service.engine.embeddings import EmbeddingUnavailable
+from service.engine.migrate import ReindexProgress, progress_key, reindex
+from service.engine.queue import JobQueue, QueueNames
+from service.engine.runtime import create_redis_client, open_engine
+from service.engine.store import StoreLockedError
+from service.settings import Settings
+
+
+def run_reindex(settings: Settings, *, as_json: bool, wait: bool) -> int:
+    """Run the reindex here when this process can open the store; else hand it to the service holding it."""
+    configure_logging("WARNING" if settings.log_level.upper() == "INFO" else settings.log_level)
+
+    async def run() -> int:
+        try:
+            engine = await open_engine(settings)
+        except StoreLockedError as exc:
+            print(f"agentsearch: {exc}; the running service does the reindex", file=sys.stderr)
+            return await _reindex_in_service(settings, as_json=as_json, wait=wait)
+        try:
+            report = await reindex(engine, progress=_ReindexPrinter())
+        except EmbeddingUnavailable as exc:
+            print(f"agentsearch: the embeddings model cannot embed: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            await engine.close()
+        _print_reindex(report.as_dict(), as_json=as_json)
+        return 0
+
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(run())
+    return 130
+
+
+async def _reindex_in_service(settings: Settings, *, as_json: bool, wait: bool) -> int:
+    """Queue the ``reindex`` job for the service's in-process worker and follow its progress in Redis."""
+    redis = create_redis_client(settings.redis_url)
+    job_id = f"{settings.queue_prefix}:reindex:{uuid.uuid4().hex}"
+    try:
+        job = await JobQueue(redis, QueueNames(settings.queue_prefix)).enqueue("reindex", job_id=job_id, fast=True)
+        if job is None:
+            print(f"agentsearch: could not queue the reindex job in Redis at {settings.redis_url}", file=sys.stderr)
+            return 2
+        print(f"agentsearch: queued reindex job {job_id}", file=sys.stderr)
+        if not wait:
+            return 0
+        printer = _ReindexPrinter()
+        while True:
+            await asyncio.sleep(0.5)
+            raw = await redis.get(progress_key(settings.queue_prefix))
+            body = orjson.loads(raw) if raw else {}
+            if body.get("job_id") == job_id:
+                if body.get("progress"):
+                    printer(ReindexProgress(**body["progress"]))
+                if body.get("state") == "done":
+                    _print_reindex(body.get("report") or {}, as_json=as_json)
+                    return 0
+            if await Job(job_id, redis).status() is JobStatus.complete:
+                info = await Job(job_id, redis).result_info()
+                if info is not None and not info.success:
+                    print(f"agentsearch: the reindex job failed: {info.result}", file=sys.stderr)
+                    return 1
+    except (RedisError, OSError) as exc:
+        print(f"agentsearch: Redis at {settings.redis_url} is unreachable: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        await redis.aclose(close_connection_pool=True)
+
+
+class _ReindexPrinter:
+    """Progress lines on stderr: one per step and collection, and at most one a second in between."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, str] | None = None
+        self._at = 0.0
+
+    def __call__(self, update: ReindexProgress) -> None:
+        where = (update.step, update.collection)
+        if where == self._last and time.monotonic() - self._at < 1.0 and update.done != update.total:
+            return
+        self._last, self._at = where, time.monotonic()
+        counts = f" {update.done}/{update.total}" if update.total else ""
+        print(f"reindex: {update.step} {update.collection}{counts}".rstrip(), file=sys.stderr, flush=True)
+
+
+def _print_reindex(report: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    switched = f"; switched to {report.get('target_model')}" if report.get("switched") else ""
+    print(
+        f"reindexed {report.get('records', 0)} records ({report.get('repaired', 0)} repaired, "
+        f"{report.get('filled', 0)} filled, {report.get('reconciled', 0)} reconciled){switched}; "
+        f"serving {report.get('serving_model') or 'no model (lexical)'}"
+    )

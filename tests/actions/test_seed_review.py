@@ -1,0 +1,130 @@
+"""Seed 003 facts no other test pinned: the 0.4 / 0.6 blend of keyword and embedding scores with the
+post-rank bonuses, exclude applied before scoring, and search bodies refused with a 4xx."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from service.actions.index import embed_text
+from service.actions.model import ActionDef, Risk
+from service.settings import ProviderSettings, Settings
+from tests.actions.helpers import ALICE, HAND_MADE, action_counts, api_key, oauth, put_instances, put_templates, search
+from tests.code.conftest import variant
+from tests.code.helpers import running
+from tests.code.test_providers import bag_of_words_vector, embeddings_app
+from tests.conftest import wait_until
+
+Client = TestClient[Any, Any]
+
+INSTANCES = (
+    oauth("gmail_work", "gmail", "google", account_email="alice@example.com"),
+    oauth("gmail_personal", "gmail", "google", connected=False),
+    api_key("stripe_test", "stripe"),
+    api_key("crm", "hubspot", connected=False),
+)
+QUERIES = ("send an email", "refund a charge to the customer", "list repositories", "post a message to a channel", "create contact")
+RISK_BONUS = {"read": 0.02, "write": 0.01, "delete": 0.0}
+
+
+def bonus(row: dict[str, Any]) -> float:
+    return (0.05 if row["auth"]["connected"] else 0.0) + RISK_BONUS[row["risk"]]
+
+
+def cosine(query: str, row: dict[str, Any]) -> float:
+    """What the test's embedding endpoint makes of the query and of the action's embedded text."""
+    action = ActionDef(name=row["action"], description=row["description"], risk=Risk(row["risk"]))
+    document = embed_text(action, row["service_display_name"])
+    return max(0.0, sum(a * b for a, b in zip(bag_of_words_vector(query), bag_of_words_vector(document), strict=True)))
+
+
+def row_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return (row.get("service") or "", row["template"], row["action"])
+
+
+async def load(client: Client) -> None:
+    await put_templates(client, HAND_MADE)
+    await put_instances(client, ALICE, *INSTANCES)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[Client]:
+    """The app without embeddings: these tests need no model, and loading one costs seconds."""
+    async with running(variant(settings, "plain", embeddings_model=None)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+async def embedding_endpoint() -> AsyncIterator[TestServer]:
+    server = TestServer(embeddings_app())
+    await server.start_server()
+    yield server
+    await server.close()
+
+
+async def test_score_blends_keyword_0_4_and_cosine_0_6_plus_bonuses(settings: Settings, embedding_endpoint: TestServer) -> None:
+    # Keyword scores alone, from a deployment without embeddings: there a row scores keyword + bonuses.
+    keyword: dict[str, dict[tuple[str, str, str], float]] = {}
+    async with running(variant(settings, "keyword", embeddings_model=None)) as client:
+        await load(client)
+        for query in QUERIES:
+            answer = await search(client, ALICE, query=query, include_catalog=True, limit=100)
+            assert answer["meta"]["signals"] == ["keyword"]
+            keyword[query] = {row_key(row): row["score"] - bonus(row) for row in answer["results"]}
+
+    provider = ProviderSettings(id="acme", base_url=str(embedding_endpoint.make_url("/v1")), api_key="sk-test")
+    async with running(variant(settings, "blend", embeddings_model="acme/bow", providers=(provider,))) as client:
+        await load(client)
+
+        async def embedded() -> bool:
+            counts = await action_counts(client)
+            return counts["records"] == 15 and counts["pending"] == 0
+
+        await wait_until(embedded, timeout_s=60)
+        compared = []
+        for query in QUERIES:
+            answer = await search(client, ALICE, query=query, include_catalog=True, limit=100)
+            assert answer["meta"]["signals"] == ["keyword", "embedding"], answer["notices"]
+            for row in answer["results"]:
+                if row_key(row) not in keyword[query]:
+                    continue
+                k, c = keyword[query][row_key(row)], cosine(query, row)
+                assert row["score"] == pytest.approx(0.4 * k + 0.6 * c + bonus(row), abs=1e-3), (query, row, k, c)
+                compared.append((k, c))
+    # Enough rows with both signals, in different proportions, that no other pair of weights fits.
+    both = {(round(k, 2), round(c, 2)) for k, c in compared if k > 0.05 and c > 0.05}
+    assert len(both) >= 3 and len({round(k / c, 1) for k, c in both}) >= 2, compared
+
+
+async def test_exclude_is_applied_before_scoring(client: Client) -> None:
+    await load(client)
+    everything = await search(client, ALICE, query="send an email", limit=100)
+    one = await search(client, ALICE, query="send an email", limit=100, exclude="gmail_work")
+    template = await search(client, ALICE, query="send an email", limit=100, exclude="gmail")
+    # Gmail has three actions: one excluded instance takes its three pairs out of what is scored, the template six.
+    assert one["meta"]["candidates"] == everything["meta"]["candidates"] - 3
+    assert template["meta"]["candidates"] == everything["meta"]["candidates"] - 6
+    assert {row["service"] for row in template["results"]} <= {"stripe_test", "crm"}
+
+
+BAD_SEARCHES: list[tuple[dict[str, Any], str]] = [
+    ({"query": "x", "colour": "red"}, "unknown field 'colour'"),
+    ({"query": "x", "limit": 0}, "between 1 and 100"),
+    ({"query": "x", "limit": "20"}, "limit must be an integer"),
+    ({"query": "x", "exclude": ["gmail", 3]}, "exclude entry 2 must be a string"),
+    ({"query": "x", "exclude": "gmail_work,"}, "exclude entry 2 is empty"),
+    ({}, "query is required"),
+]
+
+
+async def test_bad_search_bodies_are_4xx(client: Client) -> None:
+    await load(client)
+    before = await search(client, ALICE, query="", include_catalog=True)
+    for body, message in BAD_SEARCHES:
+        response = await client.post("/v1/actions/search", json=body, headers=ALICE)
+        error = (await response.json())["error"]
+        assert response.status == 400 and error["code"] == "validation_error" and message in error["message"], (body, error)
+    assert await search(client, ALICE, query="", include_catalog=True) == before

@@ -1,0 +1,1 @@
+"""Reliability and security: fault injection, load, schema fuzzing, property tests and tenant isolation."""

@@ -1,0 +1,78 @@
+"""A real HTTP server standing in for the remote model endpoints, which the fault tests make fail.
+
+It answers OpenAI-compatible ``POST /v1/embeddings`` and TEI-style ``POST /rerank``. ``mode`` picks
+its behaviour for both: ``ok`` answers, ``error`` answers HTTP 500, ``hang`` never answers (until
+the client gives up; the server counts the requests it saw cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+DIMENSIONS = 24
+
+
+def word_hash_vector(text: str) -> list[float]:
+    """A deterministic unit vector in which texts sharing words lie close: one hashed slot per word."""
+    vector = [0.0] * DIMENSIONS
+    for word in text.lower().split():
+        slot = hashlib.blake2b(word.strip(".,:;()'\"").encode(), digest_size=4).digest()
+        vector[int.from_bytes(slot, "big") % DIMENSIONS] += 1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
+
+
+@dataclass
+class FaultyEndpoint:
+    mode: str = "ok"
+    calls: int = 0
+    cancelled: int = 0
+    url: str = ""
+    _runner: web.AppRunner | None = field(default=None, repr=False)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/rerank", self._rerank)
+        # handler_cancellation: a client that gives up cancels the handler, so hangs are counted.
+        self._runner = web.AppRunner(app, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _fault(self) -> web.Response | None:
+        self.calls += 1
+        if self.mode == "error":
+            return web.json_response({"error": {"message": "overloaded"}}, status=500)
+        if self.mode == "hang":
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        return None
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body: dict[str, Any] = await request.json()
+        fault = await self._fault()
+        if fault is not None:
+            return fault
+        data = [{"object": "embedding", "index": i, "embedding": word_hash_vector(text)} for i, text in enumerate(body["input"])]
+        return web.json_response({"object": "list", "data": data, "model": body["model"]})
+
+    async def _rerank(self, request: web.Request) -> web.Response:
+        body: dict[str, Any] = await request.json()
+        fault = await self._fault()
+        if fault is not None:
+            return fault
+        return web.json_response([{"index": i, "score": 0.5} for i in range(len(body["texts"]))])

@@ -1,0 +1,308 @@
+"""Schema-driven fuzzing: every operation of ``service/openapi.yaml``, valid and invalid input, no 5xx and every answer as documented.
+
+schemathesis reads the contract the service serves (``/openapi.json``), generates requests for each
+operation (valid ones and ones that break the schema), sends them over real HTTP to the app on a
+loopback port, and checks each answer: no server error, a documented status, the documented
+content type and body schema, bad input refused with a 4xx, and no ``/v1`` or admin operation
+answering without its token. On top, every JSON error body is ``{error: {code, message}}``.
+
+The app runs with its real engine (embedded Qdrant, MiniLM, the in-process arq worker) and real
+Redis, seeded with a workspace, catalog entities and an action catalog so that searches have
+something to find. Requests carry a user's token, or an admin's for admin-only operations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import requests
+import schemathesis
+from aiohttp import web
+from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis import Case, GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    ignored_auth,
+    negative_data_rejection,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from service.app import create_app
+from service.settings import Settings
+from tests.conftest import REDIS_URL, TEST_SECRET, token_for
+
+EXAMPLES_PER_OPERATION = 200
+PARSER_LINE_LIMIT = 8190  # aiohttp's max_line_size and max_field_size
+USER = {"Authorization": f"Bearer {token_for('fuzzer', org='fuzzorg', teams=('fuzzteam',), plan='max')}"}
+ADMIN = {"Authorization": f"Bearer {token_for('fuzzroot', admin=True, plan='max')}"}
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+    ignored_auth,
+]
+
+
+class LiveServer:
+    """The app on a real loopback port, served by its own event loop in a thread: schemathesis'
+    client is synchronous, so the server cannot share the test's loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="live-server", daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=120)
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(create_app(self.settings))
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=180)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """The live server and what the seed put in it."""
+
+    server: LiveServer
+    session: requests.Session
+    workspace_id: str
+
+
+WORKSPACE_FILES = {
+    "auth.py": 'def hash_password(password, salt):\n    """Hash a password with a salt."""\n    return salt + password\n',
+    "billing/invoice.py": "def compute_invoice_total(lines, tax_rate):\n    return sum(lines) * (1 + tax_rate)\n",
+    "server.go": 'package main\n\n// handleLogin checks credentials.\nfunc handleLogin() {\n\tprintln("login")\n}\n',
+    "docs/README.md": "# Billing\n\nInvoices and refunds.\n",
+}
+CATALOG_BUILTINS = [
+    {"type": "domain", "id": "email", "description": "Send and read email.", "order": 1},
+    {"type": "capability", "id": "emailSend", "domain": "email", "title": "emailSend", "summary": "Send an email.", "inputType": "{ to: string }"},
+    {"type": "guide", "id": "package_authoring", "title": "Package authoring", "summary": "Write packages.", "markdown": "# Authoring\n\n## Exports\n\nText.\n"},
+]
+CATALOG_USER = [
+    {"type": "package", "id": "home-controls", "name": "@fuzz/home-controls", "summary": "Lights and shades.", "exports": [{"subpath": "./lights", "purpose": "Turn lights on."}]},
+    {"type": "mcp-server", "id": "home", "description": "Home automation.", "tools": [{"name": "set_pin", "description": "Set a PIN."}]},
+    {"type": "secret", "id": "homeToken", "description": "Token for the home API."},
+    {"type": "memory", "id": "m1", "text": "Keeps the thermostat at 21 degrees."},
+]
+TEMPLATES = [
+    {"template": "gmail", "display_name": "Gmail", "auth": {"type": "oauth", "provider": "google"}, "actions": [{"action": "send_email", "description": "Send an email", "risk": "write"}]},
+    {"template": "stripe", "display_name": "Stripe", "actions": [{"action": "list_charges", "description": "List charges", "risk": "read"}]},
+]
+INSTANCES = [
+    {"name": "work-mail", "template": "gmail", "auth": {"type": "oauth", "provider": "google"}},
+    {"name": "billing", "template": "stripe", "auth": {"type": "api_key", "secret_name": "STRIPE_KEY"}},
+]
+
+
+def _seed(session: requests.Session, url: str, root: Path) -> str:
+    def call(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        response = session.request(method, url + path, json=body, headers=headers, timeout=60)
+        assert response.status_code in (200, 201), response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    call("PUT", "/v1/catalog/entities", {"entities": CATALOG_BUILTINS}, ADMIN)
+    call("PUT", "/v1/catalog/entities", {"entities": CATALOG_USER}, USER)
+    call("PUT", "/v1/actions/templates", {"templates": TEMPLATES}, ADMIN)
+    call("PUT", "/v1/actions/instances", {"instances": INSTANCES}, USER)
+    workspace_id = str(call("POST", "/v1/workspaces", {"root": str(root)}, USER)["id"])
+    for _ in range(600):
+        indexed = call("GET", f"/v1/workspaces/{workspace_id}", {}, USER)["state"] == "ready"
+        # Ready once the model loaded: before, /readyz answers its documented 503, which the
+        # server-error check would count.
+        if indexed and session.get(f"{url}/readyz", timeout=10).status_code == 200:
+            return workspace_id
+        time.sleep(0.2)
+    raise AssertionError("the seeded workspace did not finish indexing, or the model did not load")
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    base = tmp_path_factory.mktemp("fuzz")
+    workspaces = base / "workspaces"
+    root = workspaces / "repo"
+    for name, text in WORKSPACE_FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    prefix = f"agentsearch-test-{uuid.uuid4().hex[:12]}"
+    server = LiveServer(
+        Settings(
+            data_dir=base / "data",
+            redis_url=REDIS_URL,
+            queue_prefix=prefix,
+            jwt_secret=TEST_SECRET,
+            allowed_roots=(workspaces,),
+            rate_limits_enabled=False,  # the fuzzer sends far more than a plan allows; limits have their own test
+            job_timeout_s=60,
+        )
+    )
+    server.start()
+    session = requests.Session()
+    try:
+        yield Seeded(server, session, _seed(session, server.url, root))
+    finally:
+        session.close()
+        server.stop()
+        client = redis.Redis.from_url(REDIS_URL)
+        for pattern in (f"{prefix}*", f"arq:*:{prefix}*"):
+            for key in client.scan_iter(match=pattern, count=1000):
+                client.delete(key)
+        client.close()
+
+
+CONTRACT = Path(__file__).resolve().parents[2] / "service" / "openapi.yaml"
+SCHEMA = schemathesis.openapi.from_path(CONTRACT)
+# The test sends the tokens itself: a generated (or left out) Authorization header would be
+# overridden, so a case "without a token" would not be the negative case it claims to be.
+SCHEMA.config.generation.update(with_security_parameters=False)
+OPERATIONS = sorted(result.ok().label for result in SCHEMA.get_all_operations())
+
+
+def _can_be_broken(label: str) -> bool:
+    """Whether a request of this operation can break its schema at all: it takes a body, or a
+    parameter narrower than any string (an operation without either has no negative case)."""
+    method, path = label.split(" ", 1)
+    item = SCHEMA.raw_schema["paths"][path]
+    operation = item[method.lower()]
+    parameters = [*item.get("parameters", []), *operation.get("parameters", [])]
+    return "requestBody" in operation or any(parameter.get("schema", {}) != {"type": "string"} for parameter in parameters)
+
+
+CASES = [(label, mode) for label in OPERATIONS for mode in GenerationMode if mode is GenerationMode.POSITIVE or _can_be_broken(label)]
+
+
+def test_the_served_contract_is_the_fuzzed_one(seeded: Seeded) -> None:
+    served = seeded.session.get(f"{seeded.server.url}/openapi.json", timeout=30).json()
+    assert served == SCHEMA.raw_schema
+    assert len(OPERATIONS) >= 25
+
+
+def _headers_for(case: Case) -> dict[str, str]:
+    path: str = case.operation.path
+    admin_only = path.startswith("/admin") or path.startswith("/v1/actions/templates")
+    return dict(ADMIN if admin_only else USER)
+
+
+def _aim_at_the_seeded_workspace(case: Case, workspace_id: str) -> None:
+    """Searches and reads of a workspace go to the seeded one (a random id is only ever a 404);
+    a DELETE keeps its random id so the seed survives."""
+    if case.operation.path.startswith("/v1/workspaces/{id}") and case.method.upper() in {"GET", "POST"}:
+        case.path_parameters = {**(case.path_parameters or {}), "id": workspace_id}
+
+
+def _refused_by_the_http_parser(response: requests.Response) -> bool:
+    """aiohttp's parser answers a request line or header over 8190 bytes with a plain-text 400
+    before any route or middleware runs (the contract's description says so): such an answer is
+    checked here, not against an operation it never reached."""
+    request = response.request
+    request_line = len(f"{request.method} {request.path_url} HTTP/1.1".encode())
+    longest_header = max((len(f"{name}: {value}".encode()) for name, value in request.headers.items()), default=0)
+    return response.status_code == 400 and max(request_line, longest_header) > PARSER_LINE_LIMIT
+
+
+def _assert_error_shape(response: requests.Response) -> None:
+    if response.status_code < 400 or not response.headers.get("Content-Type", "").startswith("application/json"):
+        return
+    body = response.json()
+    assert isinstance(body, dict) and isinstance(body.get("error"), dict), body
+    assert isinstance(body["error"].get("code"), str) and body["error"]["code"], body
+    assert isinstance(body["error"].get("message"), str) and body["error"]["message"], body
+
+
+@pytest.mark.parametrize(("label", "mode"), CASES, ids=[f"{label}-{mode.value}" for label, mode in CASES])
+def test_every_operation_keeps_its_contract(label: str, mode: GenerationMode, seeded: Seeded) -> None:
+    operation = SCHEMA.find_operation_by_label(label)
+    assert operation is not None
+
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+        database=None,
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def one_request(case: Case) -> None:
+        _aim_at_the_seeded_workspace(case, seeded.workspace_id)
+        headers = _headers_for(case)
+        response = case.call(base_url=seeded.server.url, session=seeded.session, headers=headers, timeout=60, allow_redirects=False)
+        if _refused_by_the_http_parser(response):
+            assert response.headers["Content-Type"].startswith("text/plain"), response.headers
+            return
+        case.validate_response(response, checks=CHECKS, headers=headers)
+        _assert_error_shape(response)
+
+    one_request()
+
+
+# What the fuzzer found, kept as fixed cases: each was a contract gap or a crash once.
+FOUND = [
+    # a failed entity ref is a row without a type: the contract now says so
+    ("POST /v1/catalog/search", {"body": {"entity": ["a\nb", "package:nothing-here"]}, "media_type": "application/json"}, {400, 404}),
+    # null for an optional field is the field left out, as the contract now says
+    ("POST /v1/catalog/search", {"body": {"query": "email", "domain": None, "entity": None, "includeHiddenPackages": None}, "media_type": "application/json"}, {200}),
+    ("POST /v1/workspaces/{id}/search", {"body": {"query": "login", "regex": None, "ignore_case": None, "mode": None, "limit": None}, "media_type": "application/json"}, {200}),
+    # nested fixed repeats used to take gigabytes to compile (a 500 at best)
+    ("POST /v1/workspaces/{id}/search", {"body": {"query": "(?:a{9999}){9999}", "regex": True}, "media_type": "application/json"}, {400}),
+    # the login form answers 400/401 pages, which the contract did not list
+    ("POST /admin/login", {"body": {"token": ""}, "media_type": "application/x-www-form-urlencoded"}, {400}),
+    ("POST /admin/login", {"body": {"token": "not-a-token"}, "media_type": "application/x-www-form-urlencoded"}, {401}),
+    # an unknown job's page is a 404 page; an id no route can hold is the JSON 404
+    ("GET /admin/jobs/{job_id}", {"path_parameters": {"job_id": "0"}}, {404}),
+    ("GET /admin/jobs/{job_id}", {"path_parameters": {"job_id": "a\nb"}}, {404}),
+    # a plain form post of an admin action answers with a redirect back to the page
+    ("POST /admin/api/warm", {"body": {"workspace": "ws_nothing"}, "media_type": "application/x-www-form-urlencoded"}, {303}),
+    # an empty enum parameter of the jobs API was taken as "any"
+    ("GET /admin/api/jobs", {"query": {"queue": ""}}, {400}),
+    ("GET /admin/api/jobs", {"query": {"status": "", "limit": ""}}, {400}),
+]
+
+
+@pytest.mark.parametrize(("label", "overrides", "statuses"), FOUND, ids=[f"{label}-{i}" for i, (label, _, _) in enumerate(FOUND)])
+def test_what_the_fuzzer_found_stays_fixed(label: str, overrides: dict[str, Any], statuses: set[int], seeded: Seeded) -> None:
+    operation = SCHEMA.find_operation_by_label(label)
+    assert operation is not None
+    case = operation.Case(**overrides)
+    _aim_at_the_seeded_workspace(case, seeded.workspace_id)
+    headers = _headers_for(case)
+    response = case.call(base_url=seeded.server.url, session=seeded.session, headers=headers, timeout=60, allow_redirects=False)
+    assert response.status_code in statuses, (label, response.status_code, response.text[:500])
+    case.validate_response(response, checks=CHECKS, headers=headers)
+    _assert_error_shape(response)
+
+
+def test_an_over_long_request_line_is_the_parsers_plain_400(seeded: Seeded) -> None:
+    response = seeded.session.get(f"{seeded.server.url}/admin/api/jobs", params={"kind": "k" * 9_000}, headers=ADMIN, timeout=30)
+    assert _refused_by_the_http_parser(response) and response.headers["Content-Type"].startswith("text/plain")

@@ -8,7 +8,9 @@ vendors. Then: every ``depends_on`` target exists (with a health check where the
 for one), every named volume is declared, every service has a health check, the Qdrant services
 form one cluster (one ``--uri`` seed, the rest ``--bootstrap`` from it), Redis persists (AOF), at
 least two front ends (``serve``) and two workers (``worker``) run, each with a Qdrant URL and a Redis
-URL that name services of this file, one shared JWT secret, and settings agentsearch accepts.
+URL that name services of this file, one shared JWT secret, and settings agentsearch accepts. Front
+ends holding workspaces (``AGENTSEARCH_ALLOWED_ROOTS``), when more than one, are the workspace
+nodes: each has its own ``AGENTSEARCH_NODE_ID``, and ``AGENTSEARCH_WORKSPACE_NODES`` lists them all.
 """
 
 from __future__ import annotations
@@ -215,6 +217,28 @@ def _check_topology(model: dict[str, Any], file: str) -> list[Problem]:
         problems += check_agentsearch_env(env, file, where)
     if len(secrets) > 1:
         problems.append(Problem(file, "services", "agentsearch services must share one AGENTSEARCH_JWT_SECRET (tokens of one front end must pass on another)"))
+    front_ends = {n: _environment(s) for n, s in agentsearch.items() if roles[n] == "serve"}
+    return problems + _check_workspace_nodes(front_ends, file)
+
+
+def _check_workspace_nodes(front_ends: dict[str, dict[str, str]], file: str) -> list[Problem]:
+    """Front ends holding workspaces are the workspace nodes: each names itself, and every one lists
+    them all, so each workspace job reaches the queue of a front end that runs it."""
+    holders = {name: env for name, env in front_ends.items() if env.get("AGENTSEARCH_ALLOWED_ROOTS")}
+    if len(holders) < 2:
+        return []
+    problems = []
+    node_ids = {name: env.get("AGENTSEARCH_NODE_ID", "") for name, env in holders.items()}
+    for name, env in sorted(holders.items()):
+        where = f"services.{name}.environment"
+        listed = sorted(node.strip() for node in env.get("AGENTSEARCH_WORKSPACE_NODES", "").split(",") if node.strip())
+        if not node_ids[name]:
+            problems.append(Problem(file, where, "a front end holding workspaces names itself: set AGENTSEARCH_NODE_ID"))
+        if listed != sorted(filter(None, node_ids.values())):
+            problems.append(Problem(file, where, f"AGENTSEARCH_WORKSPACE_NODES must list every front end holding workspaces, by its AGENTSEARCH_NODE_ID: {','.join(sorted(filter(None, node_ids.values())))}"))
+    named = [node_id for node_id in node_ids.values() if node_id]
+    if len(set(named)) < len(named):
+        problems.append(Problem(file, "services", "front ends holding workspaces need distinct AGENTSEARCH_NODE_ID values"))
     return problems
 
 

@@ -9,7 +9,9 @@ objects: every Service, PodDisruptionBudget and workload selector matches pod la
 HorizontalPodAutoscaler targets an existing workload whose containers request the CPU it scales
 on; every ConfigMap and Secret a pod reads exists; every container requests CPU and memory; the
 agentsearch front ends probe ``/readyz`` (readiness) and ``/healthz`` (liveness); every agentsearch
-container's environment passes the service's own settings validation; everything lives in one
+container's environment passes the service's own settings validation; a StatefulSet of front ends
+holding workspaces lists its pods, every replica, as ``AGENTSEARCH_WORKSPACE_NODES`` and takes each
+pod's name as its node id; everything lives in one
 declared namespace; kustomization.yaml lists every manifest. What needs a cluster (admission,
 quotas, storage classes, the image itself) is not checked.
 """
@@ -235,8 +237,11 @@ def _container_env(container: dict[str, Any], by_kind: dict[tuple[str, str], Man
 
 
 def _check_agentsearch_container(manifest: Manifest, where: str, container: dict[str, Any], by_kind: dict[tuple[str, str], Manifest]) -> list[Problem]:
-    problems = check_agentsearch_env(_container_env(container, by_kind), manifest.file, where)
+    env = _container_env(container, by_kind)
+    problems = check_agentsearch_env(env, manifest.file, where)
     command = [*(container.get("command") or []), *(container.get("args") or [])]
+    if command[:1] != ["worker"] and manifest.kind == "StatefulSet":
+        problems += _check_workspace_nodes(manifest, where, container, env)
     if command[:1] != ["worker"]:  # serve is the image's default command
         ports = {p.get("name") for p in container.get("ports") or []} | {p["containerPort"] for p in container.get("ports") or []}
         for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
@@ -245,6 +250,26 @@ def _check_agentsearch_container(manifest: Manifest, where: str, container: dict
                 problems.append(Problem(manifest.file, where, f"a front end's {probe} is an httpGet on {path}"))
             elif http.get("port") not in ports:
                 problems.append(Problem(manifest.file, where, f"{probe} port {http.get('port')!r} is not a container port"))
+    return problems
+
+
+def _check_workspace_nodes(manifest: Manifest, where: str, container: dict[str, Any], env: dict[str, str]) -> list[Problem]:
+    """A StatefulSet of front ends holding workspaces names its pods as the workspace nodes: every
+    pod takes its own name as its node id, and the list holds every replica, so each workspace job
+    reaches the queue of a pod that runs it."""
+    replicas = int(manifest.doc["spec"].get("replicas", 1))
+    pods = [f"{manifest.name}-{index}" for index in range(replicas)]
+    listed = [node.strip() for node in env.get("AGENTSEARCH_WORKSPACE_NODES", "").split(",") if node.strip()]
+    if not listed:
+        if "AGENTSEARCH_ALLOWED_ROOTS" in env and replicas > 1:
+            return [Problem(manifest.file, where, f"front ends holding workspaces on {replicas} pods: set AGENTSEARCH_WORKSPACE_NODES={','.join(pods)}")]
+        return []
+    problems = []
+    if listed != pods:
+        problems.append(Problem(manifest.file, where, f"AGENTSEARCH_WORKSPACE_NODES must list every replica, and only them: {','.join(pods)} (it says {','.join(listed)})"))
+    node_id = next((v for v in container.get("env") or [] if v["name"] == "AGENTSEARCH_NODE_ID"), None)
+    if node_id is not None and ((node_id.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") != "metadata.name":
+        problems.append(Problem(manifest.file, where, "AGENTSEARCH_NODE_ID comes from the pod's name (valueFrom.fieldRef.fieldPath: metadata.name)"))
     return problems
 
 

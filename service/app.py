@@ -47,7 +47,9 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> web.Appli
     app.cleanup_ctx.append(_engine_context(engine))
     app.cleanup_ctx.append(_model_preload_context)
     if settings.runs_worker_in_process:
-        app.cleanup_ctx.append(_in_process_worker_context)
+        app.cleanup_ctx.append(_in_process_worker_context(node_only=False))
+    elif settings.runs_node_worker_in_process:
+        app.cleanup_ctx.append(_in_process_worker_context(node_only=True))
     app.cleanup_ctx.append(admin_context)
     app.on_response_prepare.append(server_timing_on_prepare)
     app.router.add_routes(health_routes)
@@ -86,18 +88,24 @@ async def _preload(load: Callable[[], Awaitable[None]]) -> None:
         await load()
 
 
-async def _in_process_worker_context(app: web.Application) -> AsyncIterator[None]:
-    """The embedded default runs the arq workers in the service's own event loop."""
-    from workers.settings import build_workers, run_workers, stop_workers
+def _in_process_worker_context(*, node_only: bool) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The embedded default runs the arq workers in the service's own event loop; a workspace node's
+    front end in production (``node_only``) runs there only the worker of its node queue, as the one
+    process that holds the node's workspace caches."""
 
-    workers = build_workers(app[ENGINE])
-    task = asyncio.create_task(run_workers(workers))
-    app[WORKER_STATE] = {"workers": workers, "task": task}
-    yield
-    stop_workers(workers)
-    try:
-        await asyncio.wait_for(asyncio.shield(task), timeout=app[SETTINGS].job_timeout_s)
-    except TimeoutError:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        from workers.settings import build_workers, run_workers, stop_workers
+
+        workers = build_workers(app[ENGINE], node_only=node_only)
+        task = asyncio.create_task(run_workers(workers))
+        app[WORKER_STATE] = {"workers": workers, "task": task}
+        yield
+        stop_workers(workers)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout=app[SETTINGS].job_timeout_s)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return context

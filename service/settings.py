@@ -101,6 +101,13 @@ class Settings:
         """With ``workspace_nodes`` set, workspace jobs go to the queue of the node holding the files."""
         return bool(self.workspace_nodes)
 
+    @property
+    def runs_node_worker_in_process(self) -> bool:
+        """A workspace node's front end without the in-process workers still runs its node queue's
+        worker itself: no other process may open the workspace caches (the trigram index admits one
+        writer) beside it."""
+        return not self.runs_worker_in_process and self.node_name in self.workspace_nodes
+
     def provider(self, provider_id: str) -> ProviderSettings | None:
         return next((p for p in self.providers if p.id == provider_id), None)
 

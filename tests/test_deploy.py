@@ -93,6 +93,31 @@ def test_a_compose_file_agentsearch_would_refuse_fails(tmp_path: Path) -> None:
     assert any("exactly one Qdrant node starts the cluster" in m for m in messages)
 
 
+def test_workspace_nodes_that_miss_a_replica_or_a_front_end_fail(tmp_path: Path) -> None:
+    k8s = _copy_k8s(tmp_path)
+    _edit(k8s / "workspace-nodes.yaml", "replicas: 2", "replicas: 3")
+    _edit(k8s / "workspace-nodes.yaml", "fieldPath: metadata.name", "fieldPath: metadata.namespace")
+    messages = [str(p) for p in run_checks(compose=None, dockerfile=None, k8s_dir=k8s).problems]
+    assert any("must list every replica, and only them: agentsearch-ws-0,agentsearch-ws-1,agentsearch-ws-2" in m for m in messages), messages
+    assert any("AGENTSEARCH_NODE_ID comes from the pod's name" in m for m in messages), messages
+    k8s = _copy_k8s(tmp_path / "unset")
+    _edit(k8s / "workspace-nodes.yaml", "            - name: AGENTSEARCH_WORKSPACE_NODES\n              value: agentsearch-ws-0,agentsearch-ws-1\n", "")
+    messages = [str(p) for p in run_checks(compose=None, dockerfile=None, k8s_dir=k8s).problems]
+    assert any("on 2 pods: set AGENTSEARCH_WORKSPACE_NODES=agentsearch-ws-0,agentsearch-ws-1" in m for m in messages), messages
+
+    (tmp_path / "short").mkdir()
+    compose = _copy_compose(tmp_path / "short")
+    _edit(compose, "&workspace-nodes frontend-1,frontend-2", "&workspace-nodes frontend-1")
+    messages = [str(p) for p in run_checks(compose=compose, k8s_dir=None, dockerfile=None).problems]
+    for name in ("frontend-1", "frontend-2"):
+        assert any(f"services.{name}.environment: AGENTSEARCH_WORKSPACE_NODES must list every front end holding workspaces, by its AGENTSEARCH_NODE_ID: frontend-1,frontend-2" in m for m in messages), messages
+    (tmp_path / "same").mkdir()
+    compose = _copy_compose(tmp_path / "same")
+    _edit(compose, "AGENTSEARCH_NODE_ID: frontend-2", "AGENTSEARCH_NODE_ID: frontend-1")
+    messages = [str(p) for p in run_checks(compose=compose, k8s_dir=None, dockerfile=None).problems]
+    assert any("need distinct AGENTSEARCH_NODE_ID values" in m for m in messages), messages
+
+
 def test_a_compose_file_off_the_schema_fails(tmp_path: Path) -> None:
     compose = _copy_compose(tmp_path)
     _edit(compose, "restart: unless-stopped", "restarts: unless-stopped")

@@ -19,7 +19,7 @@ from service.settings import Settings, load_settings
 from service.state import ENGINE, WORKER_STATE
 from tests.code.trees import write_tree
 from tests.conftest import wait_until
-from tests.engine.test_node_queues import queued_functions
+from tests.queues import queued_functions
 
 NODES = ("node-a", "node-b")
 TENANT = "user:alice"

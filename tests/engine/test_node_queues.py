@@ -20,22 +20,11 @@ from service.errors import SettingsError
 from service.routing import node_for_workspace
 from service.settings import Settings, load_settings
 from tests.code.trees import write_tree
+from tests.queues import queued_functions
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ("ws-0", "ws-1", "ws-2")
 TENANT = "user:alice"
-
-
-async def queued_functions(engine: Engine, queue: str) -> list[str]:
-    """The functions of the jobs waiting in ``queue`` (arq keeps each job's body under its own key)."""
-    from arq.jobs import Job
-
-    functions = []
-    for raw in await engine.redis.zrange(queue, 0, -1):
-        info = await Job(raw.decode(), engine.redis, _queue_name=queue, _deserializer=engine.redis.job_deserializer).info()
-        assert info is not None
-        functions.append(info.function)
-    return functions
 
 
 async def test_workspace_jobs_go_to_the_queue_of_the_node_holding_the_workspace(settings: Settings) -> None:

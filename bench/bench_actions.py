@@ -51,6 +51,7 @@ from service.actions.ranking import DENSE_TOP_K_MAX, DENSE_TOP_K_MIN, KEYWORD_PO
 from service.actions.visibility import select_units, visible_instances
 from service.app import create_app
 from service.auth import Caller, mint_token
+from service.engine.queue import forget_deployment
 from service.settings import Settings
 from service.state import ENGINE
 
@@ -142,16 +143,9 @@ async def bench_size(templates: list[dict[str, Any]], rounds: int, quality_sampl
             async with aiohttp.ClientSession(base_url=base, timeout=aiohttp.ClientTimeout(total=600)) as http:
                 result = await _run(engine, http, templates, rounds, quality_sample, embed_limit)
         finally:
-            await _forget_redis_keys(engine, settings.queue_prefix)
+            await forget_deployment(engine.redis, settings.queue_prefix)
             await runner.cleanup()
         return result
-
-
-async def _forget_redis_keys(engine: Any, prefix: str) -> None:
-    """Drop this run's queues, jobs, results, caches and revision counter from the shared Redis."""
-    for pattern in (f"{prefix}*", f"arq:job:{prefix}*", f"arq:result:{prefix}*", f"arq:retry:{prefix}*", f"arq:in-progress:{prefix}*"):
-        async for key in engine.redis.scan_iter(match=pattern, count=1000):
-            await engine.redis.delete(key)
 
 
 async def _run(

@@ -38,6 +38,7 @@ import redis.asyncio as aioredis
 from bench.common import machine, percentile, versions
 from service.actions.loader import read_catalog_file
 from service.auth import mint_token
+from service.engine.queue import forget_deployment
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -304,9 +305,7 @@ def _row(kind: str, s: Samples, elapsed_s: float) -> str:
 async def forget_keys(prefix: str) -> None:
     client = aioredis.from_url(REDIS_URL)
     try:
-        for pattern in (f"{prefix}*", f"arq:*:{prefix}*"):
-            async for key in client.scan_iter(match=pattern, count=1000):
-                await client.delete(key)
+        await forget_deployment(client, prefix)
     finally:
         await client.aclose()
 

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from service.app import create_app
 from service.auth import mint_token
+from service.engine.queue import forget_deployment
 from service.engine.runtime import Engine, open_engine
 from service.settings import Settings
 
@@ -33,10 +34,7 @@ async def redis_prefix() -> AsyncIterator[str]:
     yield prefix
     client = aioredis.from_url(REDIS_URL)
     try:
-        # arq keeps job keys outside the queue name (arq:job:<id>, ...); our job ids start with the prefix.
-        for pattern in (f"{prefix}*", f"arq:*:{prefix}*"):
-            async for key in client.scan_iter(match=pattern, count=1000):
-                await client.delete(key)
+        await forget_deployment(client, prefix)
     finally:
         await client.aclose()
 

@@ -94,6 +94,22 @@ def batch_job_id(prefix: str, surface: str, items: Sequence[tuple[str, str]]) ->
     return f"{prefix}:embed:{surface}:batch:{digest}"
 
 
+def deployment_key_patterns(prefix: str) -> tuple[str, str]:
+    """SCAN patterns of every Redis key a deployment owns: its own keys, and arq's keys of its job
+    ids (``arq:job:<id>``, ``arq:result:<id>``, ...; every job id starts with the prefix)."""
+    return (f"{prefix}*", f"arq:*:{prefix}*")
+
+
+async def forget_deployment(redis: Any, prefix: str) -> int:
+    """Delete every Redis key of the deployment ``prefix`` (a test run or a benchmark cleaning up);
+    returns how many. Never used on a live deployment's prefix."""
+    deleted = 0
+    for pattern in deployment_key_patterns(prefix):
+        async for key in redis.scan_iter(match=pattern, count=1000):
+            deleted += await redis.delete(key)
+    return deleted
+
+
 class JobQueue:
     """Enqueue helpers over one ArqRedis pool."""
 

@@ -18,6 +18,7 @@ import pytest_asyncio
 import redis.asyncio as aioredis
 from playwright.async_api import Browser, async_playwright, expect
 
+from service.engine.queue import forget_deployment
 from service.settings import Settings
 from service.state import ENGINE
 from tests.admin.helpers import HOLD, admin_client, admin_token, enqueue_hold, job, release, wait_status
@@ -84,9 +85,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]
     finally:
         redis = aioredis.from_url(REDIS_URL)
         try:
-            for pattern in (f"{prefix}*", f"arq:*:{prefix}*"):
-                async for key in redis.scan_iter(match=pattern, count=1000):
-                    await redis.delete(key)
+            await forget_deployment(redis, prefix)
         finally:
             await redis.aclose()
 

@@ -40,6 +40,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from service.app import create_app
+from service.engine.queue import deployment_key_patterns
 from service.settings import Settings
 from tests.conftest import REDIS_URL, TEST_SECRET, token_for
 
@@ -175,7 +176,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
         session.close()
         server.stop()
         client = redis.Redis.from_url(REDIS_URL)
-        for pattern in (f"{prefix}*", f"arq:*:{prefix}*"):
+        for pattern in deployment_key_patterns(prefix):
             for key in client.scan_iter(match=pattern, count=1000):
                 client.delete(key)
         client.close()

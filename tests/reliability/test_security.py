@@ -25,6 +25,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from service.app import create_app
+from service.engine.queue import deployment_key_patterns
 from service.settings import Settings
 from tests.conftest import REDIS_URL, TEST_SECRET, auth, wait_until
 
@@ -406,7 +407,7 @@ async def _redis_values(prefix: str) -> list[bytes]:
     client = aioredis.from_url(REDIS_URL)
     found: list[bytes] = []
     try:
-        for pattern in (f"{prefix}*", f"arq:*:{prefix}*"):
+        for pattern in deployment_key_patterns(prefix):
             async for key in client.scan_iter(match=pattern, count=1000):
                 found.append(key)
                 kind = (await client.type(key)).decode()

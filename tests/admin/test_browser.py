@@ -114,7 +114,10 @@ async def test_live_dashboard_retry_and_abort_in_chromium(browser: Browser, serv
         await page.evaluate("window.notReloaded = true")
 
         # Counts change as jobs run, with no reload.
+        # One at a time: jobs enqueued in the same millisecond share a score in arq's sorted set,
+        # which then orders them by id ("b-next" before "b-run").
         first = await enqueue_hold(served, "b-run")
+        await wait_status(served, first, "in_progress")
         second = await enqueue_hold(served, "b-next")
         await expect(_cell(page, HOLD, "in_progress")).to_have_text("1", timeout=TIMEOUT_MS)
         await expect(_cell(page, HOLD, "queued")).to_have_text("1", timeout=TIMEOUT_MS)
@@ -135,7 +138,8 @@ async def test_live_dashboard_retry_and_abort_in_chromium(browser: Browser, serv
         await expect(page.locator(f'#jobs-body tr[data-job-id="{retried_as}"]')).to_contain_text(f"retry of {failing}", timeout=TIMEOUT_MS)
 
         # Abort a queued job: it waits behind a running one, then fails as aborted without running.
-        await enqueue_hold(served, "b-busy")
+        busy = await enqueue_hold(served, "b-busy")
+        await wait_status(served, busy, "in_progress")
         queued = await enqueue_hold(served, "b-queued")
         row = page.locator(f'#jobs-body tr[data-job-id="{queued}"]')
         await expect(row).to_have_attribute("data-status", "queued", timeout=TIMEOUT_MS)

@@ -127,10 +127,12 @@ async def test_retry_of_a_failed_job_runs_it_again_and_links_both(settings: Sett
 
 async def test_abort_a_running_a_queued_and_a_deferred_job(settings: Settings) -> None:
     async with admin_client(settings) as client:
+        # One at a time: jobs enqueued in the same millisecond share a score in arq's sorted set,
+        # which then orders them by id ("a-queued" before "a-run").
         running = await enqueue_hold(client, "a-run")
+        await wait_status(client, running, "in_progress")
         queued = await enqueue_hold(client, "a-queued")
         later = await enqueue_hold(client, "a-later", defer_s=600)
-        await wait_status(client, running, "in_progress")
         assert (await job(client, queued))["status"] == "queued"
 
         asked = await post_json(client, f"/admin/api/jobs/{quote(queued, safe='')}/abort")

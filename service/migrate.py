@@ -109,6 +109,8 @@ def _print_reindex(report: dict[str, Any], *, as_json: bool) -> None:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     switched = f"; switched to {report.get('target_model')}" if report.get("switched") else ""
+    if report.get("retired"):
+        switched += f"; dropped the old vector from {', '.join(sorted(report['retired']))}"
     print(
         f"reindexed {report.get('records', 0)} records ({report.get('repaired', 0)} repaired, "
         f"{report.get('filled', 0)} filled, {report.get('reconciled', 0)} reconciled){switched}; "

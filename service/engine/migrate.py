@@ -1,7 +1,7 @@
 """Reindex and model migration: rebuild every index from its records, and change the default model without downtime.
 
 Records hold everything their index entries derive from (``embed_text``, ``embed_model``), so
-``reindex`` rebuilds from them alone, in four steps, each resumable after a crash:
+``reindex`` rebuilds from them alone, in five steps, each resumable after a crash:
 
 1. **records**: each record's ``content_hash`` is derived again from its text and model. A record
    whose stored state disagrees (another hash, ``done`` without a current vector, a vector of a
@@ -17,8 +17,9 @@ Records hold everything their index entries derive from (``embed_text``, ``embed
    Processes read it at start and every ``SERVING_REFRESH_S`` seconds.
 4. **reconcile**: once every process has switched (a wait of two refresh periods when other
    processes may serve, with a Qdrant server), records embedded meanwhile with the old model get
-   the new vector, and every record's ``vector_name`` names it. The old vector stays in the
-   collection, unused.
+   the new vector, and every record's ``vector_name`` names it.
+5. **retire**: the old model's named vector is dropped from each collection where no record still
+   uses it (a workspace that names the old model explicitly keeps it), freeing its memory and disk.
 
 The migration's own marker (``migration``) records the target and the step reached; the
 ``reindex`` job publishes progress to Redis (``{prefix}:reindex:progress``) for the command.
@@ -64,7 +65,7 @@ class ReindexNotFinished(Exception):
 
 @dataclass(frozen=True)
 class ReindexProgress:
-    """Where a reindex stands: ``step`` (records | fill | switch | reconcile | done), per collection."""
+    """Where a reindex stands: ``step`` (records | fill | switch | reconcile | retire | done), per collection."""
 
     step: str
     collection: str = ""
@@ -84,6 +85,8 @@ class ReindexReport:
     filled: int = 0
     reconciled: int = 0
     passes: int = 0
+    retired: dict[str, str] = field(default_factory=dict)
+    """Collection -> the old vector dropped from it."""
     by_collection: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -174,7 +177,7 @@ async def reindex(
         await _probe_dimensions(embedder)
     if serving != target:
         report.target_model = target.model
-        await _fill(engine, embedder, serving, report, notify, deadline)
+        await _fill(engine, embedder, serving, serving_vector, report, notify, deadline)
         await _switch(engine, target)
         report.switched = True
         migration = await read_marker(engine, MIGRATION_KEY)
@@ -189,6 +192,7 @@ async def reindex(
             reconciled = await _reconcile(engine, index, embedder, notify, deadline)
             report.reconciled += reconciled
             report.by_collection.setdefault(index.collection, {})["reconciled"] = reconciled
+        report.retired = await _retire(engine, migration, _vector_name(embedder), notify)
         await write_marker(engine, MIGRATION_KEY, {**migration, "state": "done", "finished_at": time.time()})
     report.serving_model = registry.default_model
     notify(ReindexProgress("done"))
@@ -261,7 +265,15 @@ def _needs_fill(payload: Mapping[str, Any], target_vector: str) -> bool:
     )
 
 
-async def _fill(engine: Engine, embedder: Embedder, serving: ModelRef | None, report: ReindexReport, notify: Progress, deadline: float | None) -> None:
+async def _fill(
+    engine: Engine,
+    embedder: Embedder,
+    serving: ModelRef | None,
+    serving_vector: str | None,
+    report: ReindexReport,
+    notify: Progress,
+    deadline: float | None,
+) -> None:
     """Step 2: passes over every collection until one finds nothing left to fill."""
     target_vector = embedder.vector_name
     marker = {
@@ -270,6 +282,7 @@ async def _fill(engine: Engine, embedder: Embedder, serving: ModelRef | None, re
         "target_dimensions": engine.embedders.configured.dimensions if engine.embedders.configured else None,
         "target_vector": target_vector,
         "source_model": serving.model if serving else None,
+        "source_vector": serving_vector,
         "started_at": time.time(),
     }
     previous = await read_marker(engine, MIGRATION_KEY)
@@ -371,6 +384,31 @@ async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, not
         done += await _write_target(engine, index, embedder, batch, {"fill_vector": target_vector, "vector_name": target_vector}, fill_hash=False)
         notify(ReindexProgress("reconcile", index.collection, done, len(todo)))
     return len(relabel) + done
+
+
+async def _retire(engine: Engine, migration: Mapping[str, Any], target_vector: str | None, notify: Progress) -> dict[str, str]:
+    """Step 5: drop the old default model's vector from every collection where no record uses it."""
+    old, old_model = migration.get("source_vector"), migration.get("source_model")
+    if not old or old == target_vector:
+        return {}
+    retired: dict[str, str] = {}
+    for index in engine.surfaces.values():
+        notify(ReindexProgress("retire", index.collection))
+        if await _uses_vector(engine, index, str(old), old_model):
+            log.info("old vector kept: records still name its model", extra={"collection": index.collection, "vector": old})
+            continue
+        await engine.drop_vector(index.collection, str(old))
+        retired[index.collection] = str(old)
+    return retired
+
+
+async def _uses_vector(engine: Engine, index: RecordIndex, vector: str, model: str | None) -> bool:
+    """Whether a record has a vector in ``vector`` or names its model (and will get one)."""
+    async for page in _scroll_all(engine, index.collection):
+        for point in page:
+            if point.payload.get("vector_name") == vector or (model and point.payload.get("embed_model") == model):
+                return True
+    return False
 
 
 # ---- progress through Redis (the job in a running service, the command waiting for it) ---------

@@ -16,7 +16,7 @@ from typing import Any
 from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.records import DONE, PENDING, RecordIndex
 from service.engine.runtime import Engine
-from service.engine.store import Filter, Match, Range, VectorSpec
+from service.engine.store import Filter, Match, Range, StoreError, VectorSpec
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,14 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
         vectors = await embedder.embed_documents([text for _, _, text in rows])
         vector = VectorSpec(embedder.vector_name, embedder.dimensions)
         await engine.ensure_vector(collection, vector)
-        embedded += await _write_vectors(index, vector.name, rows, vectors)
+        try:
+            embedded += await _write_vectors(index, vector.name, rows, vectors)
+        except StoreError:
+            # A reindex elsewhere may have retired this vector since this process added it: add it
+            # again (the store answers whether it is there) and write once more.
+            engine.forget_vector(collection, vector.name)
+            await engine.ensure_vector(collection, vector)
+            embedded += await _write_vectors(index, vector.name, rows, vectors)
     return EmbedOutcome(embedded=embedded, stale=stale, missing=missing)
 
 

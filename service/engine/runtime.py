@@ -57,6 +57,15 @@ class Engine:
             await self.store.ensure_vector(collection, vector)
             self._vectors.add((collection, vector.name))
 
+    async def drop_vector(self, collection: str, name: str) -> None:
+        """Drop a named vector from a collection (a retired model's); adding it again works."""
+        await self.store.drop_vector(collection, name)
+        self._vectors.discard((collection, name))
+
+    def forget_vector(self, collection: str, name: str) -> None:
+        """Another process may have dropped the vector: the next ``ensure_vector`` asks the store."""
+        self._vectors.discard((collection, name))
+
     def records(self, surface: str) -> RecordIndex:
         return self.surfaces[surface]
 

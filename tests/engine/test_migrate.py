@@ -26,7 +26,7 @@ from service.engine.records import DONE, PENDING, IndexRecord, tenant_filter
 from service.engine.refresh import embed_records
 from service.engine.runtime import Engine, open_engine
 from service.engine.search import Mode, retrieve
-from service.engine.store import point_id
+from service.engine.store import VectorSpec, point_id
 from service.settings import DEFAULT_MODEL, ProviderSettings, Settings
 from tests.conftest import wait_until
 from tests.engine.model_server import DIMENSIONS, ModelServer
@@ -127,6 +127,9 @@ async def test_new_model_fills_beside_the_serving_one_then_switches(settings: Se
         for point in points:
             assert point.payload["vector_name"] == VECTOR_B and point.payload["embedded_hash"] == point.payload["content_hash"]
             assert len(point.vectors[VECTOR_B]) == DIMENSIONS
+            assert set(point.vectors) == {VECTOR_B}  # A's vector is retired: no record uses it
+        assert report.retired[COLLECTION] == VECTOR_A
+        assert set(report.retired) == {index.collection for index in engine.surfaces.values()}
         assert (await read_marker(engine, MIGRATION_KEY) or {}).get("state") == "done"
     finally:
         await engine.close()
@@ -228,5 +231,51 @@ async def test_a_reindex_killed_mid_fill_continues_where_it_stopped(settings: Se
         assert await search(engine, "refund a customer payment") == ("refund", Mode.HYBRID, VECTOR_B)
         meta = await engine.store.retrieve(META_COLLECTION, [point_id(META_COLLECTION, MIGRATION_KEY)])
         assert meta[0].payload["state"] == "done"
+    finally:
+        await engine.close()
+
+
+async def test_the_old_vector_stays_where_a_record_names_the_old_model(settings: Settings, model_b: ModelServer) -> None:
+    """A workspace that names the old default model explicitly keeps its vectors after the switch;
+    collections where nothing uses the old vector lose it."""
+    settings = replace(settings, embeddings_batch_size=8)
+    await index_with_model_a(settings)
+    engine = await open_engine(settings)
+    try:
+        pinned = replace(record("pinned", "Pinned to the packaged model on purpose"), embed_model=DEFAULT_MODEL)
+        await engine.records(COLLECTION).write([pinned], embed=False)
+        assert (await embed_records(engine, COLLECTION, [("pinned", pinned.content_hash)])).embedded == 1
+    finally:
+        await engine.close()
+
+    engine = await open_with(settings_b(settings, model_b))
+    try:
+        report = await reindex(engine)
+        assert report.switched and COLLECTION not in report.retired
+        assert report.retired and set(report.retired.values()) == {VECTOR_A}  # the other collections
+        [point] = await engine.store.retrieve(COLLECTION, [point_id(COLLECTION, "pinned")], with_vectors=True)
+        assert point.payload["vector_name"] == VECTOR_A and set(point.vectors) == {VECTOR_A}
+        [refund] = await engine.store.retrieve(COLLECTION, [point_id(COLLECTION, "refund")], with_vectors=True)
+        assert set(refund.vectors) == {VECTOR_A, VECTOR_B} and refund.payload["vector_name"] == VECTOR_B
+    finally:
+        await engine.close()
+
+
+async def test_an_embed_job_adds_back_a_vector_another_process_retired(settings: Settings) -> None:
+    """The store call drops the vector behind the engine's back, as a reindex in another process
+    would: this process still believes the vector exists, and its embed job must not fail for good."""
+    engine = await open_engine(settings)
+    try:
+        docs = engine.records(COLLECTION)
+        first = replace(record("first", "Compress a folder into a zip archive"), embed_model=DEFAULT_MODEL)
+        second = replace(record("second", "Unpack a tarball into a directory"), embed_model=DEFAULT_MODEL)
+        await docs.write([first, second], embed=False)
+        assert (await embed_records(engine, COLLECTION, [("first", first.content_hash)])).embedded == 1
+        await engine.ensure_vector(COLLECTION, VectorSpec("keeps-the-collection-searchable", 4))
+        await engine.store.drop_vector(COLLECTION, VECTOR_A)
+
+        assert (await embed_records(engine, COLLECTION, [("second", second.content_hash)])).embedded == 1
+        [point] = await engine.store.retrieve(COLLECTION, [point_id(COLLECTION, "second")], with_vectors=True)
+        assert len(point.vectors[VECTOR_A]) == 384 and point.payload["embed_state"] == DONE
     finally:
         await engine.close()

@@ -7,6 +7,7 @@ lock, and durability of unflushed writes when the owner is killed.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import signal
@@ -361,6 +362,32 @@ async def test_ensure_vector_adds_a_named_vector(store: Store, collection: str) 
     assert len(await store.search_dense(collection, "dense", axis(0), limit=10)) == 4
 
 
+async def test_drop_vector_removes_it_from_every_point(store: Store, collection: str) -> None:
+    await ready(store, collection, [rec(collection, f"k{i}", "t1", f"w{i}", axis(i)) for i in range(4)])
+    await store.ensure_vector(collection, VectorSpec("old", 4))
+    target = point_id(collection, "k1")
+    await store.update_vectors(collection, [(target, {"old": [1.0, 0.0, 0.0, 0.0]})])
+
+    await store.drop_vector(collection, "old")
+    await store.drop_vector(collection, "old")  # idempotent
+    await store.drop_vector(collection, "never-there")
+    [got] = await store.retrieve(collection, [target], with_vectors=True)
+    assert set(got.vectors) == {"dense"}  # the other vector and the payload stay
+    assert got.payload["terms"] == "w1" and await store.count(collection) == 4
+    assert len(await store.search_dense(collection, "dense", axis(0), limit=10)) == 4
+
+    # Added again, it starts empty: no point holds an old value.
+    await store.ensure_vector(collection, VectorSpec("old", 4))
+    assert await store.count(collection, Filter(must=(HasVector("old"),))) == 0
+    assert await store.search_dense(collection, "old", [1.0, 0.0, 0.0, 0.0], limit=10) == []
+
+    # The last vector of a collection stays: dense search needs one.
+    single = f"{collection}_one"
+    await store.ensure_collection(spec_for(single), [DENSE])
+    with pytest.raises(StoreError, match="only vector"):
+        await store.drop_vector(single, "dense")
+
+
 async def test_collection_created_without_vectors_takes_one_later(store: Store, collection: str) -> None:
     name = f"{collection}_novec"
     await store.ensure_collection(spec_for(name))
@@ -383,6 +410,8 @@ async def test_edge_reopen_from_disk_keeps_everything(tmp_path: Path) -> None:
     await store.upsert("catalog", [rec("catalog", f"k{i}", "t1", f"alpha w{i}", axis(i % DIM), deprecated=i == 3) for i in range(50)])
     await store.ensure_vector("catalog", VectorSpec("code", 4))
     await store.update_vectors("catalog", [(point_id("catalog", "k7"), {"code": [1.0, 0.0, 0.0, 0.0]})])
+    await store.ensure_vector("catalog", VectorSpec("retired", 4))
+    await store.drop_vector("catalog", "retired")  # gone from the shard and from the sidecar
     await store.ensure_collection(spec_for("empty"))
     await store.close()
     await store.close()  # idempotent
@@ -399,6 +428,9 @@ async def test_edge_reopen_from_disk_keeps_everything(tmp_path: Path) -> None:
         deprecated, _ = await reopened.scroll("catalog", Filter(must=(Match("deprecated", True),)))
         assert keys(deprecated) == ["k3"]
         assert await reopened.count("empty") == 0
+        assert json.loads((root / "catalog" / "collection.json").read_text())["vectors"] == {"dense": DIM, "code": 4}
+        [k7] = await reopened.retrieve("catalog", [point_id("catalog", "k7")], with_vectors=True)
+        assert set(k7.vectors) == {"dense", "code"}
         await reopened.ensure_collection(spec_for("catalog"), [DENSE, VectorSpec("code", 4)])
         assert await reopened.count("catalog") == 50
     finally:

@@ -150,6 +150,10 @@ class Store(Protocol):
     async def ensure_vector(self, collection: str, vector: VectorSpec) -> None:
         """Add a named dense vector to an existing collection if it is not there yet."""
 
+    async def drop_vector(self, collection: str, name: str) -> None:
+        """Remove a named dense vector and its values from every point; a missing name is a no-op.
+        The last vector of a collection is refused (StoreError)."""
+
     async def upsert(self, collection: str, points: Sequence[PointRecord]) -> None:
         """Insert or replace whole points (payload and vectors)."""
 

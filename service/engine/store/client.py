@@ -139,6 +139,17 @@ class QdrantClientStore:
             info = await self._client.get_collection(collection)
         await self._add_vector(collection, vector, _vector_sizes(info))
 
+    async def drop_vector(self, collection: str, name: str) -> None:
+        with _errors("read the collection", collection):
+            sizes = _vector_sizes(await self._client.get_collection(collection))
+        if name not in sizes:
+            return
+        if len(sizes) == 1:
+            raise StoreError(f"vector {name!r} is the only vector of collection {collection!r}; it cannot be dropped")
+        with _errors(f"drop vector {name!r}", collection):
+            await self._client.delete_vector_name(collection, name, wait=True)
+        logger.info("qdrant vector dropped", extra={"collection": collection, "vector": name})
+
     # ---- writes ----------------------------------------------------------------------------
 
     async def upsert(self, collection: str, points: Sequence[PointRecord]) -> None:

@@ -156,6 +156,19 @@ class EdgeStore:
         async with coll.write_lock:
             self._add_vector(coll, vector)
 
+    async def drop_vector(self, collection: str, name: str) -> None:
+        coll = self._collection(collection)
+        async with coll.write_lock:
+            if name in coll.vectors and len(coll.vectors) == 1:
+                raise StoreError(f"vector {name!r} is the only vector of collection {collection!r}; it cannot be dropped")
+            # Sidecar first: after a crash before the shard drops it, the shard's own config loads
+            # and the next drop (idempotent on the shard) finishes the job.
+            if coll.vectors.pop(name, None) is not None:
+                self._write_sidecar(coll)
+            self._update(coll, f"drop vector {name!r}", qe.UpdateOperation.delete_vector_name(name), 0)
+            self._flush(coll)
+        logger.info("edge vector dropped", extra={"collection": collection, "vector": name})
+
     # ---- writes ----------------------------------------------------------------------------
 
     async def upsert(self, collection: str, points: Sequence[PointRecord]) -> None:

@@ -10,7 +10,9 @@ form one cluster (one ``--uri`` seed, the rest ``--bootstrap`` from it), Redis p
 least two front ends (``serve``) and two workers (``worker``) run, each with a Qdrant URL and a Redis
 URL that name services of this file, one shared JWT secret, and settings agentsearch accepts. Front
 ends holding workspaces (``AGENTSEARCH_ALLOWED_ROOTS``), when more than one, are the workspace
-nodes: each has its own ``AGENTSEARCH_NODE_ID``, and ``AGENTSEARCH_WORKSPACE_NODES`` lists them all.
+nodes: each has its own ``AGENTSEARCH_NODE_ID``, no other service has one, and every agentsearch
+service (front ends and workers: each enqueues workspace jobs) gets the same
+``AGENTSEARCH_WORKSPACE_NODES``, listing them all.
 """
 
 from __future__ import annotations
@@ -217,25 +219,37 @@ def _check_topology(model: dict[str, Any], file: str) -> list[Problem]:
         problems += check_agentsearch_env(env, file, where)
     if len(secrets) > 1:
         problems.append(Problem(file, "services", "agentsearch services must share one AGENTSEARCH_JWT_SECRET (tokens of one front end must pass on another)"))
-    front_ends = {n: _environment(s) for n, s in agentsearch.items() if roles[n] == "serve"}
-    return problems + _check_workspace_nodes(front_ends, file)
+    envs = {n: _environment(s) for n, s in agentsearch.items()}
+    return problems + _check_workspace_nodes(envs, roles, file)
 
 
-def _check_workspace_nodes(front_ends: dict[str, dict[str, str]], file: str) -> list[Problem]:
-    """Front ends holding workspaces are the workspace nodes: each names itself, and every one lists
-    them all, so each workspace job reaches the queue of a front end that runs it."""
-    holders = {name: env for name, env in front_ends.items() if env.get("AGENTSEARCH_ALLOWED_ROOTS")}
+def _check_workspace_nodes(envs: dict[str, dict[str, str]], roles: dict[str, str], file: str) -> list[Problem]:
+    """Front ends holding workspaces are the workspace nodes: each names itself, no other service
+    takes a node's name, and every agentsearch service lists them all (any of them may enqueue a
+    workspace job: a front end's registration or warm action, a worker's sweep), so each workspace
+    job reaches the queue of the front end that runs it."""
+    holders = {name: env for name, env in envs.items() if roles[name] == "serve" and env.get("AGENTSEARCH_ALLOWED_ROOTS")}
     if len(holders) < 2:
         return []
     problems = []
     node_ids = {name: env.get("AGENTSEARCH_NODE_ID", "") for name, env in holders.items()}
-    for name, env in sorted(holders.items()):
+    expected = sorted(filter(None, node_ids.values()))
+    for name, env in sorted(envs.items()):
         where = f"services.{name}.environment"
         listed = sorted(node.strip() for node in env.get("AGENTSEARCH_WORKSPACE_NODES", "").split(",") if node.strip())
-        if not node_ids[name]:
+        if name in holders and not node_ids[name]:
             problems.append(Problem(file, where, "a front end holding workspaces names itself: set AGENTSEARCH_NODE_ID"))
-        if listed != sorted(filter(None, node_ids.values())):
-            problems.append(Problem(file, where, f"AGENTSEARCH_WORKSPACE_NODES must list every front end holding workspaces, by its AGENTSEARCH_NODE_ID: {','.join(sorted(filter(None, node_ids.values())))}"))
+        if name not in holders and env.get("AGENTSEARCH_NODE_ID"):
+            problems.append(Problem(file, where, "only a front end holding workspaces sets AGENTSEARCH_NODE_ID: this service would run a node queue without the node's files"))
+        if listed != expected:
+            problems.append(
+                Problem(
+                    file,
+                    where,
+                    f"AGENTSEARCH_WORKSPACE_NODES must list every front end holding workspaces, by its AGENTSEARCH_NODE_ID: {','.join(expected)} "
+                    "(every front end and worker enqueues workspace jobs by it: set it in the environment they share)",
+                )
+            )
     named = [node_id for node_id in node_ids.values() if node_id]
     if len(set(named)) < len(named):
         problems.append(Problem(file, "services", "front ends holding workspaces need distinct AGENTSEARCH_NODE_ID values"))

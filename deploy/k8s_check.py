@@ -10,10 +10,12 @@ HorizontalPodAutoscaler targets an existing workload whose containers request th
 on; every ConfigMap and Secret a pod reads exists; every container requests CPU and memory; the
 agentsearch front ends probe ``/readyz`` (readiness) and ``/healthz`` (liveness); every agentsearch
 container's environment passes the service's own settings validation; a StatefulSet of front ends
-holding workspaces lists its pods, every replica, as ``AGENTSEARCH_WORKSPACE_NODES`` and takes each
-pod's name as its node id; everything lives in one
-declared namespace; kustomization.yaml lists every manifest. What needs a cluster (admission,
-quotas, storage classes, the image itself) is not checked.
+holding workspaces takes each pod's name as its node id, and ``AGENTSEARCH_WORKSPACE_NODES`` lists
+its pods, every replica, in the shared ConfigMap (not in one workload's env), so that every
+agentsearch pod (front ends, workers, workspace nodes) gets the same list and no other workload
+sets a node id; everything lives in one declared namespace; kustomization.yaml lists every
+manifest. What needs a cluster (admission, quotas, storage classes, the image itself) is not
+checked.
 """
 
 from __future__ import annotations
@@ -152,6 +154,7 @@ def _check_cross_references(manifests: list[Manifest]) -> list[Problem]:
             problems += _check_pdb(manifest, workloads)
         elif manifest.kind == "HorizontalPodAutoscaler":
             problems += _check_hpa(manifest, by_kind)
+    problems += _check_shared_workspace_nodes(workloads, by_kind)
     return problems + _check_topology(manifests, workloads)
 
 
@@ -229,10 +232,15 @@ def _container_env(container: dict[str, Any], by_kind: dict[tuple[str, str], Man
         if "secretRef" in source and ("Secret", source["secretRef"]["name"]) in by_kind:
             env.update(dict.fromkeys(_data_keys(by_kind[("Secret", source["secretRef"]["name"])]), SECRET_PLACEHOLDER))
     for variable in container.get("env") or []:
+        value_from = variable.get("valueFrom") or {}
         if "value" in variable:
             env[variable["name"]] = str(variable["value"])
-        elif "secretKeyRef" in (variable.get("valueFrom") or {}):
+        elif "secretKeyRef" in value_from:
             env[variable["name"]] = SECRET_PLACEHOLDER
+        elif "configMapKeyRef" in value_from and ("ConfigMap", value_from["configMapKeyRef"]["name"]) in by_kind:
+            data = dict(iter_mapping(by_kind[("ConfigMap", value_from["configMapKeyRef"]["name"])].doc.get("data")))
+            if value_from["configMapKeyRef"]["key"] in data:
+                env[variable["name"]] = str(data[value_from["configMapKeyRef"]["key"]])
     return env
 
 
@@ -240,7 +248,7 @@ def _check_agentsearch_container(manifest: Manifest, where: str, container: dict
     env = _container_env(container, by_kind)
     problems = check_agentsearch_env(env, manifest.file, where)
     command = [*(container.get("command") or []), *(container.get("args") or [])]
-    if command[:1] != ["worker"] and manifest.kind == "StatefulSet":
+    if _is_workspace_node(manifest, container, env):
         problems += _check_workspace_nodes(manifest, where, container, env)
     if command[:1] != ["worker"]:  # serve is the image's default command
         ports = {p.get("name") for p in container.get("ports") or []} | {p["containerPort"] for p in container.get("ports") or []}
@@ -253,23 +261,90 @@ def _check_agentsearch_container(manifest: Manifest, where: str, container: dict
     return problems
 
 
+def _env_entry(container: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((v for v in container.get("env") or [] if v["name"] == name), None)
+
+
+def _listed_nodes(env: dict[str, str]) -> list[str]:
+    return [node.strip() for node in env.get("AGENTSEARCH_WORKSPACE_NODES", "").split(",") if node.strip()]
+
+
+def _is_workspace_node(manifest: Manifest, container: dict[str, Any], env: dict[str, str]) -> bool:
+    """A StatefulSet's agentsearch front end that names itself as a node or holds workspaces."""
+    command = [*(container.get("command") or []), *(container.get("args") or [])]
+    if manifest.kind != "StatefulSet" or command[:1] == ["worker"] or not _is_agentsearch(container):
+        return False
+    return _env_entry(container, "AGENTSEARCH_NODE_ID") is not None or "AGENTSEARCH_ALLOWED_ROOTS" in env
+
+
+def _node_pods(manifest: Manifest) -> list[str]:
+    """A StatefulSet's pod names: ``<name>-0`` .. ``<name>-<replicas-1>``."""
+    return [f"{manifest.name}-{index}" for index in range(int(manifest.doc["spec"].get("replicas", 1)))]
+
+
 def _check_workspace_nodes(manifest: Manifest, where: str, container: dict[str, Any], env: dict[str, str]) -> list[Problem]:
     """A StatefulSet of front ends holding workspaces names its pods as the workspace nodes: every
-    pod takes its own name as its node id, and the list holds every replica, so each workspace job
-    reaches the queue of a pod that runs it."""
-    replicas = int(manifest.doc["spec"].get("replicas", 1))
-    pods = [f"{manifest.name}-{index}" for index in range(replicas)]
-    listed = [node.strip() for node in env.get("AGENTSEARCH_WORKSPACE_NODES", "").split(",") if node.strip()]
-    if not listed:
-        if "AGENTSEARCH_ALLOWED_ROOTS" in env and replicas > 1:
-            return [Problem(manifest.file, where, f"front ends holding workspaces on {replicas} pods: set AGENTSEARCH_WORKSPACE_NODES={','.join(pods)}")]
-        return []
+    pod takes its own name as its node id, and the list (in the shared ConfigMap) holds every
+    replica, so each workspace job reaches the queue of a pod that runs it."""
+    pods = _node_pods(manifest)
+    listed = _listed_nodes(env)
     problems = []
+    own = _env_entry(container, "AGENTSEARCH_WORKSPACE_NODES")
+    if own is not None and "configMapKeyRef" not in (own.get("valueFrom") or {}):
+        problems.append(
+            Problem(
+                manifest.file,
+                where,
+                "set AGENTSEARCH_WORKSPACE_NODES in the ConfigMap every agentsearch pod reads, not in this pod's env: "
+                "every front end and worker enqueues workspace jobs by it",
+            )
+        )
+    node_id = _env_entry(container, "AGENTSEARCH_NODE_ID")
+    if not listed:
+        if node_id is not None or len(pods) > 1:
+            problems.append(Problem(manifest.file, where, f"front ends holding workspaces on {len(pods)} pods: set AGENTSEARCH_WORKSPACE_NODES={','.join(pods)} in the ConfigMap every agentsearch pod reads"))
+        return problems
     if listed != pods:
         problems.append(Problem(manifest.file, where, f"AGENTSEARCH_WORKSPACE_NODES must list every replica, and only them: {','.join(pods)} (it says {','.join(listed)})"))
-    node_id = next((v for v in container.get("env") or [] if v["name"] == "AGENTSEARCH_NODE_ID"), None)
     if node_id is not None and ((node_id.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") != "metadata.name":
         problems.append(Problem(manifest.file, where, "AGENTSEARCH_NODE_ID comes from the pod's name (valueFrom.fieldRef.fieldPath: metadata.name)"))
+    return problems
+
+
+def _check_shared_workspace_nodes(workloads: list[tuple[Manifest, dict[str, Any]]], by_kind: dict[tuple[str, str], Manifest]) -> list[Problem]:
+    """Every agentsearch pod gets the workspace nodes' list, the same one: a front end without it
+    (the dashboard's warm action, a registration) or a worker (a sweep) would queue a workspace job
+    on the shared fast queue, where no workspace node takes it. Only the workspace nodes set a node
+    id: another pod with a node's name would run that node's queue without its files."""
+    nodes: set[str] = set()
+    node_workloads: set[str] = set()
+    for manifest, template in workloads:
+        for container in _containers(template):
+            if _is_workspace_node(manifest, container, _container_env(container, by_kind)):
+                nodes.update(_node_pods(manifest))
+                node_workloads.add(manifest.where)
+    if not nodes:
+        return []
+    problems = []
+    for manifest, template in workloads:
+        if manifest.where in node_workloads:
+            continue  # _check_workspace_nodes compares its list with its replicas
+        for container in _containers(template):
+            if not _is_agentsearch(container):
+                continue
+            where = f"{manifest.where} container {container['name']}"
+            listed = _listed_nodes(_container_env(container, by_kind))
+            if set(listed) != nodes:
+                problems.append(
+                    Problem(
+                        manifest.file,
+                        where,
+                        f"AGENTSEARCH_WORKSPACE_NODES must list the workspace nodes, {','.join(sorted(nodes))} (it says {','.join(listed) or 'nothing'}): "
+                        "every agentsearch pod enqueues workspace jobs by it; set it in the ConfigMap they all read",
+                    )
+                )
+            if _env_entry(container, "AGENTSEARCH_NODE_ID") is not None:
+                problems.append(Problem(manifest.file, where, "only the workspace nodes' StatefulSet sets AGENTSEARCH_NODE_ID: this pod would run a node queue without the node's files"))
     return problems
 
 

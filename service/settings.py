@@ -347,6 +347,15 @@ def validate(settings: Settings) -> Settings:
     for node in settings.workspace_nodes:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,126}", node):
             fail("workspace_nodes", f"{node!r} must be 1-127 letters, digits, '.', '_' or '-'")
+    if settings.node_id is not None and settings.node_id not in settings.workspace_nodes:
+        # A node id names a workspace node: one outside the list would hold workspaces whose jobs
+        # go to other queues (or, with no list, to the shared fast queue, where no node takes them).
+        listed = ",".join(settings.workspace_nodes) or "unset"
+        fail(
+            "node_id",
+            f"{settings.node_id!r} is not among workspace_nodes ({env_name('workspace_nodes')}: {listed}); "
+            "list it there, or unset the node id on a process that holds no workspaces",
+        )
     for root in settings.allowed_roots:
         if not root.is_dir():
             fail("allowed_roots", f"{root} is not a directory")

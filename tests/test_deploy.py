@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+import yaml
 
 from deploy import healthcheck
 from deploy.check import DEPLOY_DIR, main, run_checks
@@ -93,6 +94,34 @@ def test_a_compose_file_agentsearch_would_refuse_fails(tmp_path: Path) -> None:
     assert any("exactly one Qdrant node starts the cluster" in m for m in messages)
 
 
+NODE_LIST = "  AGENTSEARCH_WORKSPACE_NODES: agentsearch-ws-0,agentsearch-ws-1\n"
+NODE_ID_ENV = """            - name: AGENTSEARCH_NODE_ID
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.name
+"""
+
+
+def test_the_workspace_node_list_is_in_the_configmap_every_pod_reads() -> None:
+    """The shipped manifests: the list is in the shared ConfigMap, which the front ends, the workers
+    and the workspace nodes all read; only the workspace nodes set a node id (their pod name)."""
+    k8s = DEPLOY_DIR / "k8s"
+    [config] = yaml.safe_load_all((k8s / "config.yaml").read_text())
+    assert config["data"]["AGENTSEARCH_WORKSPACE_NODES"] == "agentsearch-ws-0,agentsearch-ws-1"
+    for name in ("frontend.yaml", "worker.yaml", "workspace-nodes.yaml"):
+        [workload] = [d for d in yaml.safe_load_all((k8s / name).read_text()) if d["kind"] in {"Deployment", "StatefulSet"}]
+        [container] = workload["spec"]["template"]["spec"]["containers"]
+        assert {"configMapRef": {"name": "agentsearch-config"}} in container["envFrom"], name
+        env = {v["name"] for v in container.get("env") or []}
+        assert "AGENTSEARCH_WORKSPACE_NODES" not in env, name
+        assert ("AGENTSEARCH_NODE_ID" in env) is (name == "workspace-nodes.yaml"), name
+    [compose] = yaml.safe_load_all((DEPLOY_DIR / "docker-compose.yml").read_text())
+    for name, service in compose["services"].items():
+        if service.get("command") in (["serve"], ["worker"]):
+            assert service["environment"]["AGENTSEARCH_WORKSPACE_NODES"] == "frontend-1,frontend-2", name
+            assert service["environment"].get("AGENTSEARCH_NODE_ID") == (name if name.startswith("frontend") else None), name
+
+
 def test_workspace_nodes_that_miss_a_replica_or_a_front_end_fail(tmp_path: Path) -> None:
     k8s = _copy_k8s(tmp_path)
     _edit(k8s / "workspace-nodes.yaml", "replicas: 2", "replicas: 3")
@@ -100,22 +129,55 @@ def test_workspace_nodes_that_miss_a_replica_or_a_front_end_fail(tmp_path: Path)
     messages = [str(p) for p in run_checks(compose=None, dockerfile=None, k8s_dir=k8s).problems]
     assert any("must list every replica, and only them: agentsearch-ws-0,agentsearch-ws-1,agentsearch-ws-2" in m for m in messages), messages
     assert any("AGENTSEARCH_NODE_ID comes from the pod's name" in m for m in messages), messages
+    # The ConfigMap says two nodes; the front ends and workers read it too, so they miss the third.
+    for where in ("Deployment/agentsearch-frontend", "Deployment/agentsearch-worker"):
+        assert any(f"{where} container agentsearch: AGENTSEARCH_WORKSPACE_NODES must list the workspace nodes, agentsearch-ws-0,agentsearch-ws-1,agentsearch-ws-2" in m for m in messages), messages
+
     k8s = _copy_k8s(tmp_path / "unset")
-    _edit(k8s / "workspace-nodes.yaml", "            - name: AGENTSEARCH_WORKSPACE_NODES\n              value: agentsearch-ws-0,agentsearch-ws-1\n", "")
+    _edit(k8s / "config.yaml", NODE_LIST, "")
     messages = [str(p) for p in run_checks(compose=None, dockerfile=None, k8s_dir=k8s).problems]
-    assert any("on 2 pods: set AGENTSEARCH_WORKSPACE_NODES=agentsearch-ws-0,agentsearch-ws-1" in m for m in messages), messages
+    assert any("on 2 pods: set AGENTSEARCH_WORKSPACE_NODES=agentsearch-ws-0,agentsearch-ws-1 in the ConfigMap" in m for m in messages), messages
 
     (tmp_path / "short").mkdir()
     compose = _copy_compose(tmp_path / "short")
-    _edit(compose, "&workspace-nodes frontend-1,frontend-2", "&workspace-nodes frontend-1")
+    _edit(compose, "AGENTSEARCH_WORKSPACE_NODES: frontend-1,frontend-2", "AGENTSEARCH_WORKSPACE_NODES: frontend-1")
     messages = [str(p) for p in run_checks(compose=compose, k8s_dir=None, dockerfile=None).problems]
-    for name in ("frontend-1", "frontend-2"):
+    for name in ("frontend-1", "frontend-2", "worker-1", "worker-2"):
         assert any(f"services.{name}.environment: AGENTSEARCH_WORKSPACE_NODES must list every front end holding workspaces, by its AGENTSEARCH_NODE_ID: frontend-1,frontend-2" in m for m in messages), messages
+    # frontend-2 is not in the list it reads: the service itself would refuse to start.
+    assert any("services.frontend-2.environment: agentsearch would refuse these settings: node_id (AGENTSEARCH_NODE_ID): 'frontend-2' is not among workspace_nodes" in m for m in messages), messages
     (tmp_path / "same").mkdir()
     compose = _copy_compose(tmp_path / "same")
     _edit(compose, "AGENTSEARCH_NODE_ID: frontend-2", "AGENTSEARCH_NODE_ID: frontend-1")
     messages = [str(p) for p in run_checks(compose=compose, k8s_dir=None, dockerfile=None).problems]
     assert any("need distinct AGENTSEARCH_NODE_ID values" in m for m in messages), messages
+
+
+def test_a_node_list_only_on_the_workspace_nodes_fails(tmp_path: Path) -> None:
+    """The bug this guards: the list set on the StatefulSet alone, so an ordinary front end (the
+    dashboard's warm action, a registration) and the workers queue workspace jobs on the fast queue."""
+    k8s = _copy_k8s(tmp_path)
+    _edit(k8s / "config.yaml", NODE_LIST, "")
+    _edit(k8s / "workspace-nodes.yaml", NODE_ID_ENV, NODE_ID_ENV + "            - name: AGENTSEARCH_WORKSPACE_NODES\n              value: agentsearch-ws-0,agentsearch-ws-1\n")
+    messages = [str(p) for p in run_checks(compose=None, dockerfile=None, k8s_dir=k8s).problems]
+    assert any("StatefulSet/agentsearch-ws container agentsearch: set AGENTSEARCH_WORKSPACE_NODES in the ConfigMap every agentsearch pod reads" in m for m in messages), messages
+    for where in ("Deployment/agentsearch-frontend", "Deployment/agentsearch-worker"):
+        assert any(f"{where} container agentsearch: AGENTSEARCH_WORKSPACE_NODES must list the workspace nodes, agentsearch-ws-0,agentsearch-ws-1 (it says nothing)" in m for m in messages), messages
+
+    k8s = _copy_k8s(tmp_path / "node-id")
+    _edit(k8s / "worker.yaml", "          env:\n", "          env:\n            - name: AGENTSEARCH_NODE_ID\n              value: agentsearch-ws-0\n")
+    messages = [str(p) for p in run_checks(compose=None, dockerfile=None, k8s_dir=k8s).problems]
+    assert any("Deployment/agentsearch-worker container agentsearch: only the workspace nodes' StatefulSet sets AGENTSEARCH_NODE_ID" in m for m in messages), messages
+
+    (tmp_path / "compose").mkdir()
+    compose = _copy_compose(tmp_path / "compose")
+    _edit(compose, "  AGENTSEARCH_WORKSPACE_NODES: frontend-1,frontend-2\n", "")
+    for node in ("frontend-1", "frontend-2"):
+        _edit(compose, f"      AGENTSEARCH_NODE_ID: {node}\n", f"      AGENTSEARCH_NODE_ID: {node}\n      AGENTSEARCH_WORKSPACE_NODES: frontend-1,frontend-2\n")
+    messages = [str(p) for p in run_checks(compose=compose, k8s_dir=None, dockerfile=None).problems]
+    assert not any("services.frontend-" in m for m in messages), messages
+    for name in ("worker-1", "worker-2"):
+        assert any(f"services.{name}.environment: AGENTSEARCH_WORKSPACE_NODES must list every front end holding workspaces" in m for m in messages), messages
 
 
 def test_a_compose_file_off_the_schema_fails(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 ``embed`` runs batch embedding one job at a time (the model saturates the CPU); ``fast`` runs
 warm-ups, reindex slices and the sweeper cron. With ``workspace_nodes`` set, a third worker,
 ``node``, runs the workspace jobs of this node's queue (``QueueNames.node``): only a process on
-the node holding the workspace's files can index them. JSON serializer, a 30 s health check and
+the node holding the workspace's files can index them, so a process whose node name is not in
+the list (an ordinary front end or worker) runs none. JSON serializer, a 30 s health check and
 short job timeouts, so a crashed worker's job re-runs soon (after its timeout + 10 s).
 """
 
@@ -24,6 +25,7 @@ from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.queue import deserialize, serialize
 from service.engine.runtime import Engine, create_redis_client
 from service.errors import SettingsError
+from service.settings import Settings, env_name
 from workers.jobs import job_table
 
 log = logging.getLogger(__name__)
@@ -117,12 +119,16 @@ def _common(engine: Engine, *, burst: bool, handle_signals: bool) -> dict[str, A
 
 def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool = False, node_only: bool = False) -> list[Worker]:
     """The embed and fast workers over ``engine``'s Redis, with the sweeper cron on the fast one, and
-    the node worker when workspaces live on several nodes (``node_only``: that one alone)."""
+    the node worker when this process is one of the workspace nodes (``node_only``: that one alone)."""
     settings = engine.settings
     node_worker = _node_worker(engine, burst=burst, handle_signals=handle_signals)
     if node_only:
         if node_worker is None:
-            raise SettingsError("workspace_nodes (AGENTSEARCH_WORKSPACE_NODES): a node-only worker needs the list of workspace nodes")
+            raise SettingsError(
+                f"node_id ({env_name('node_id')}): a node-only worker runs the queue of a workspace node, and "
+                f"{settings.node_name!r} is not among workspace_nodes ({env_name('workspace_nodes')}: "
+                f"{','.join(settings.workspace_nodes) or 'unset'})"
+            )
         return [node_worker]
     common = _common(engine, burst=burst, handle_signals=handle_signals)
     interval = settings.sweep_interval_s
@@ -160,16 +166,24 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
     return workers + ([node_worker] if node_worker is not None else [])
 
 
+def holds_workspaces(settings: Settings) -> bool:
+    """Whether this process is a workspace node: its node name (``node_id``, else the host name) is
+    among ``workspace_nodes``. Only such a process runs a node queue's worker."""
+    return settings.routes_workspace_jobs_to_nodes and settings.node_name in settings.workspace_nodes
+
+
 def _node_worker(engine: Engine, *, burst: bool, handle_signals: bool) -> RecordingWorker | None:
-    """The worker of this node's workspace queue; None on one machine (no ``workspace_nodes``)."""
+    """The worker of this node's workspace queue; None on one machine (no ``workspace_nodes``) and on
+    a process that is not one of the nodes (it still enqueues workspace jobs to their nodes' queues)."""
     settings = engine.settings
     if not settings.routes_workspace_jobs_to_nodes:
         return None
-    if settings.node_name not in settings.workspace_nodes:
-        log.warning(
-            "this node is not among workspace_nodes: no workspace job will reach its queue",
+    if not holds_workspaces(settings):
+        log.info(
+            "this process is not among workspace_nodes: it runs no node queue; workspace jobs go to their nodes' queues",
             extra={"node": settings.node_name, "nodes": list(settings.workspace_nodes)},
         )
+        return None
     worker = RecordingWorker(
         redis_pool=create_redis_client(settings.redis_url),
         functions=_functions(True, settings.job_timeout_s, only=engine.queue.node_local_jobs),

@@ -114,4 +114,6 @@ class JobActions:
         if job is None:
             raise Unavailable(f"Redis refused to enqueue {function}; try again")
         log.info("admin enqueued a job", extra={"job_id": job_id, "function": function, "admin": admin})
-        return {"id": job_id, "function": function, "queue": "fast", "args": list(args)}
+        # A workspace's warm-up goes to its node's queue when workspaces live on several nodes.
+        queue = self.reader.short[self.engine.queue.queue_of(function, args, fast=True)]
+        return {"id": job_id, "function": function, "queue": queue, "args": list(args)}

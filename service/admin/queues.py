@@ -166,7 +166,8 @@ class Overview:
 
 
 class QueueReader:
-    """Reads the state of this deployment's two queues (``embed`` and ``fast``)."""
+    """Reads the state of this deployment's queues: ``embed``, ``fast`` and, with workspace nodes,
+    each node's ``node:<name>``."""
 
     def __init__(self, engine: Engine, describer: JobDescriber) -> None:
         self.engine = engine
@@ -175,6 +176,7 @@ class QueueReader:
         self.keys = AdminKeys(engine.settings.queue_prefix)
         names = engine.queue.names
         self.queues: dict[str, str] = {"embed": names.embed, "fast": names.fast}
+        self.queues.update({f"node:{node}": names.node(node) for node in engine.settings.workspace_nodes})
         self.short: dict[str, str] = {full: short for short, full in self.queues.items()}
         # arq marks a running job for (max job timeout + 10 s): its remaining TTL dates the start.
         self.in_progress_ttl_ms = int((engine.settings.job_timeout_s + 10) * 1000)

@@ -1,11 +1,13 @@
 """Workspaces on several nodes: workspace jobs go to the queue of the node that holds the workspace
-(``service.routing``), only that node's ``agentsearch worker`` takes them, and one machine (no
-``workspace_nodes``) keeps them on the shared fast queue."""
+(``service.routing``), only that node's ``agentsearch worker`` takes them, a process that is not one
+of the nodes runs no node worker, and one machine (no ``workspace_nodes``) keeps them on the shared
+fast queue."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +23,7 @@ from service.routing import node_for_workspace
 from service.settings import Settings, load_settings
 from tests.code.trees import write_tree
 from tests.queues import queued_functions
+from workers.settings import build_workers
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ("ws-0", "ws-1", "ws-2")
@@ -113,6 +116,44 @@ async def test_only_the_holding_nodes_worker_runs_the_workspace_job(settings: Se
         await engine.close()
 
 
+async def test_a_process_that_is_no_workspace_node_runs_no_node_worker(settings: Settings) -> None:
+    """``agentsearch worker`` (and the full in-process workers) with the node list but no node id (a
+    worker pod, an ordinary front end) runs the embed and fast queues only, yet still sends a
+    workspace's jobs to its node's queue; ``--node-only`` there is refused, naming both settings."""
+    assert socket.gethostname() not in NODES  # the node name falls back to the host name
+    root = write_tree(settings.allowed_roots[0] / "repo")
+    wid = workspace_id(TENANT, root)
+    home = node_for_workspace(wid, NODES)
+    engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=None))
+    try:
+        names = engine.queue.names
+        workers = build_workers(engine)
+        try:
+            assert [worker.queue_name for worker in workers] == [names.embed, names.fast]
+        finally:
+            for worker in workers:
+                await worker.close()
+        with pytest.raises(SettingsError, match=r"node_id \(AGENTSEARCH_NODE_ID\): .* is not among workspace_nodes \(AGENTSEARCH_WORKSPACE_NODES: ws-0,ws-1,ws-2\)"):
+            build_workers(engine, node_only=True)
+        workspace, _ = await workspaces_of(engine).register(TENANT, root, SearchConfig())
+        assert await schedule_indexing(engine, workspace, always=True)
+        assert await queued_functions(engine, names.node(home)) == [INDEX_JOB]
+        assert await queued_functions(engine, names.fast) == []
+    finally:
+        await engine.close()
+
+    engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=home))
+    try:
+        workers = build_workers(engine)
+        try:  # a workspace node's full workers (the embedded default) include its node queue
+            assert [worker.queue_name for worker in workers] == [engine.queue.names.embed, engine.queue.names.fast, engine.queue.names.node(home)]
+        finally:
+            for worker in workers:
+                await worker.close()
+    finally:
+        await engine.close()
+
+
 def test_node_settings_are_validated_naming_their_variable() -> None:
     with pytest.raises(SettingsError, match=r"workspace_nodes \(AGENTSEARCH_WORKSPACE_NODES\): 'ws 1' must be"):
         load_settings({"AGENTSEARCH_WORKSPACE_NODES": "ws-0,ws 1"})
@@ -120,6 +161,8 @@ def test_node_settings_are_validated_naming_their_variable() -> None:
         load_settings({"AGENTSEARCH_NODE_ID": "../etc"})
     with pytest.raises(SettingsError, match=r"qdrant_path \(AGENTSEARCH_QDRANT_PATH\): set either"):
         load_settings({"QDRANT_URL": "http://qdrant:6333", "AGENTSEARCH_QDRANT_PATH": "/tmp/q", "AGENTSEARCH_JWT_SECRET": "s"})
+    with pytest.raises(SettingsError, match=r"node_id \(AGENTSEARCH_NODE_ID\): 'ws-2' is not among workspace_nodes \(AGENTSEARCH_WORKSPACE_NODES: ws-0,ws-1\)"):
+        load_settings({"AGENTSEARCH_WORKSPACE_NODES": "ws-0,ws-1", "AGENTSEARCH_NODE_ID": "ws-2"})
     settings = load_settings({"AGENTSEARCH_WORKSPACE_NODES": "ws-0, ws-1", "AGENTSEARCH_NODE_ID": "ws-1"})
     assert settings.workspace_nodes == ("ws-0", "ws-1") and settings.node_name == "ws-1"
     assert load_settings({"AGENTSEARCH_QDRANT_PATH": "/tmp/q"}).store_kind == "qdrant-local"

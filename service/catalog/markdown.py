@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from service.errors import FragmentNotFound
 
 __all__ = [
+    "DEFAULT_BUDGET_CHARS",
     "FragmentNotFound",
     "Heading",
     "collapse_whitespace",
@@ -27,12 +28,16 @@ __all__ = [
     "heading_text",
     "headings",
     "line_range",
+    "own_sections",
     "parse_line_fragment",
     "section",
     "slugify",
     "split_lines",
     "table_of_contents",
 ]
+
+# The entity detail budget when the caller gives no maxResponseSize (seed 000's search response budget).
+DEFAULT_BUDGET_CHARS = 24_000
 
 # ATX heading: up to 3 spaces, 1-6 '#', then a space or end; an optional closing run of '#'.
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -203,6 +208,18 @@ def _missing_slug_message(slug: str, available: list[str]) -> str:
     sample = close + [s for s in available if s not in close][: max(0, 5 - len(close))]
     more = f" (and {len(available) - len(sample)} more)" if len(available) > len(sample) else ""
     return f"heading #{slug} not found; available headings include: {', '.join('#' + s for s in sample)}{more}"
+
+
+def own_sections(md: str) -> list[tuple[Heading, int]]:
+    """Each heading with the length of its own text: its line up to the next heading of any level
+    (what remains to read once its subsections are listed as contents)."""
+    lines = split_lines(md)
+    found = headings(md)
+    sized: list[tuple[Heading, int]] = []
+    for position, heading in enumerate(found):
+        end = found[position + 1].line - 1 if position + 1 < len(found) else len(lines)
+        sized.append((heading, len("\n".join(lines[heading.line - 1 : end]).rstrip())))
+    return sized
 
 
 def section(md: str, slug: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from service.auth import GLOBAL_TENANT, Caller
-from service.catalog import lookup, render
+from service.catalog import lookup, markdown, render
 from service.catalog.callshapes import export_contract
 from service.catalog.domains import (
     DomainRow,
@@ -56,7 +56,7 @@ DEFAULT_LISTING = 50
 MIN_RESPONSE_SIZE = 500
 MAX_RESPONSE_SIZE = 200_000
 # Entity detail budget when maxResponseSize is not given: a guide over it comes back as contents.
-DEFAULT_ENTITY_BUDGET = 24_000
+DEFAULT_ENTITY_BUDGET = markdown.DEFAULT_BUDGET_CHARS
 # Candidates the rerank stage sees (its clear-winner gate covers pools up to 20).
 RERANK_POOL = 20
 MAX_QUERY = 2_000

@@ -108,6 +108,7 @@ class RecordIndex:
         existing = {p.id: p for p in await self.engine.store.retrieve(self.collection, ids)}
         fresh: list[PointRecord] = []
         changed: list[tuple[str, str]] = []
+        embeddable = self.engine.embedders.serving is not None
         for pid, record in zip(ids, records, strict=True):
             old = existing.get(pid)
             payload = self._payload(record, old.payload if old else None)
@@ -116,7 +117,9 @@ class RecordIndex:
             else:
                 # overwrite_payload keeps the stored vector: an unchanged text keeps its embedding.
                 await self.engine.store.overwrite_payload(self.collection, pid, payload)
-            if payload["embed_state"] == PENDING:
+            # With embeddings off only a record naming its own model can be embedded; the rest stay
+            # pending, searched lexically, and the sweeper queues them once a model serves.
+            if payload["embed_state"] == PENDING and (record.embed_model or embeddable):
                 changed.append((record.key, record.content_hash))
         if fresh:
             await self.engine.store.upsert(self.collection, fresh)

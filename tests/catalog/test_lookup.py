@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.catalog.markdown import DEFAULT_BUDGET_CHARS
 from tests.catalog.fixtures import (
     ADMIN,
     CAPABILITIES,
@@ -21,6 +22,29 @@ from tests.catalog.fixtures import (
 async def _results(client: Any, entity: Any, status: int = 200, **extra: Any) -> list[dict[str, Any]]:
     answer = await search(client, {"entity": entity, **extra}, status=status)
     return list(answer["structuredContent"]["results"])
+
+
+async def test_a_guide_section_over_the_budget_is_refused_at_ingest(lexical_client: Any) -> None:
+    """Seed 000's ``no-oversized-guide-section``: every heading's own text fits the entity budget
+    left after its header, so opening any heading answers with text; nothing of the batch is written."""
+    guide = {"type": "guide", "id": "limits", "title": "Limits", "summary": "How far it goes."}
+    header = len("## `guide:limits#big` — Limits\nHow far it goes.\nPart: section #big (contents)\n")
+    room = DEFAULT_BUDGET_CHARS - header
+    intro = "# Limits\n\nShort intro.\n\n"
+    own = "## Big\n\n" + "x" * (room - len("## Big\n\n"))  # exactly the room left
+
+    await put(lexical_client, [{**guide, "markdown": intro + own + "\n\n### Small\n\nA subsection.\n"}], **ADMIN)
+    opened = (await _results(lexical_client, "guide:limits#big"))[0]
+    assert opened["tableOfContents"] is False and opened["markdown"].startswith("## Big")
+
+    over = {**guide, "id": "limits-over", "markdown": intro + own + "x" + "\n"}
+    refused = await put(lexical_client, [GUIDES[0], over], status=400, **ADMIN)
+    message = refused["error"]["message"]
+    assert "no-oversized-guide-section" in message and "entities[1].markdown" in message and "section #big" in message
+    assert f"{room + 1:,} characters" in message and "split it under subheadings" in message
+    missing = await search(lexical_client, {"entity": "guide:limits-over"}, status=404)
+    assert missing["error"]["code"] == "not_found"
+    assert (await search(lexical_client, {"entity": "guide:package_subscriptions"}, status=404))["isError"] is True
 
 
 async def test_guides_whole_or_contents_and_heading_and_line_fragments(lexical_client: Any) -> None:

@@ -13,7 +13,7 @@ from service.engine.records import DONE, PENDING, IndexRecord, RecordIndex, coll
 from service.engine.refresh import embed_records, sweep
 from service.engine.runtime import Engine, open_engine
 from service.engine.search import Mode, retrieve
-from service.settings import Settings
+from service.settings import DEFAULT_MODEL, Settings
 from workers.jobs import embed_records_job
 
 SPEC = collection_spec("testdocs")
@@ -104,13 +104,19 @@ async def test_with_embeddings_off_jobs_end_at_once_and_the_sweeper_leaves_recor
     engine = await open_engine(replace(settings, embeddings_model=None))
     try:
         index = await engine.register("testdocs", SPEC)
-        await index.write((record(k, v) for k, v in DOCS.items()), embed=False)
+        written = await index.write(record(k, v) for k, v in DOCS.items())
+        assert written.written == 3 and written.to_embed == 0, "no model serves: writes queue no embed job"
+        assert await engine.redis.zcard(engine.queue.names.embed) == 0
         items = [[k, record(k, v).content_hash] for k, v in DOCS.items()]
         # A job queued before the model was switched off ends without a retry (no Retry raised).
         assert await embed_records_job({"engine": engine, "job_try": 1}, index.collection, items) == {"embedded": 0, "disabled": 3}
         assert (await sweep(engine, grace_s=-1))["testdocs"] == 0, "nothing can embed them: no jobs are queued"
         assert await engine.redis.zcard(engine.queue.names.embed) == 0
         assert (await index.counts())["pending"] == 3, "the records stay, served lexically"
+        # A record that names a model of its own is still embedded by a job.
+        pinned = replace(record("pinned", "Pinned to the packaged model"), embed_model=DEFAULT_MODEL)
+        assert (await index.write([pinned])).to_embed == 1
+        assert await engine.redis.zcard(engine.queue.names.embed) == 1
     finally:
         await engine.close()
 

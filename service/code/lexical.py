@@ -179,24 +179,31 @@ async def regex_search(
     outcome = RegexOutcome()
     deadline = time.monotonic() + budget_s
     keys = runtime.trigram.candidates_regex(pattern, REGEX_CANDIDATES, ignore_case=ignore_case)
-    chunks: Iterable[CachedChunk]
+    rows: Iterable[tuple[str, int, int, str]]
+    known: dict[str, list[CachedChunk]] = {}
     if keys is not None and len(keys) < REGEX_CANDIDATES:
         outcome.candidates = len(keys)
         chunks = sorted(runtime.cache.by_keys(keys).values(), key=lambda c: (c.path, c.start_line))
+        for chunk in chunks:
+            known.setdefault(chunk.path, []).append(chunk)
+        rows = ((c.path, c.start_line, c.end_line, c.text) for c in chunks)
     else:
-        chunks = (chunk for batch in runtime.cache.iter_chunks(scope.prefix) for chunk in batch)
+        # Every chunk in scope: light rows, and whole chunks only for the files that match.
+        rows = (row for batch in runtime.cache.iter_layouts(scope.prefix) for row in batch)
     last_yield = time.monotonic()
-    for path, group in itertools.groupby(chunks, key=lambda c: c.path):
+    for path, group in itertools.groupby(rows, key=lambda row: row[0]):
         if not scope.contains(path):
             continue
-        file_chunks = list(group)
+        layout = [(start, end, text) for _, start, end, text in group]
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             outcome.timed_out = True
             return outcome
-        outcome.chunks_scanned += len(file_chunks)
-        found, outcome.timed_out = await _file_matches(compiled, _file_text(file_chunks), limit - len(outcome.matches) + 1, deadline)
-        outcome.matches.extend(LineMatch(_chunk_at(file_chunks, line), line, text) for line, text in found)
+        outcome.chunks_scanned += len(layout)
+        found, outcome.timed_out = await _file_matches(compiled, _file_text(layout), limit - len(outcome.matches) + 1, deadline)
+        if found:
+            file_chunks = known.get(path) or runtime.cache.chunks_of([path]).get(path, [])
+            outcome.matches.extend(LineMatch(_chunk_at(file_chunks, line), line, text) for line, text in found)
         if len(outcome.matches) > limit:
             outcome.matches = outcome.matches[:limit]
             outcome.truncated = True
@@ -226,14 +233,14 @@ async def _file_matches(compiled: regex.Pattern[str], text: str, max_matches: in
     return found, False
 
 
-def _file_text(chunks: list[CachedChunk]) -> str:
-    """The chunks of one file on their own line numbers (lines outside every chunk are blank)."""
+def _file_text(layout: list[tuple[int, int, str]]) -> str:
+    """A file's chunks ``(start_line, end_line, text)`` on their own line numbers (lines outside every chunk are blank)."""
     lines: list[str] = []
     next_line = 1
-    for chunk in chunks:
-        lines.extend([""] * (chunk.start_line - next_line))
-        lines.append(chunk.text)
-        next_line = chunk.end_line + 1
+    for start_line, end_line, text in layout:
+        lines.extend([""] * (start_line - next_line))
+        lines.append(text)
+        next_line = end_line + 1
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ import itertools
 import re
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import regex
@@ -33,6 +34,11 @@ from service.engine.store import Filter, Store
 LITERAL_CANDIDATES = 2_000
 REGEX_CANDIDATES = 20_000
 INLINE_MATCH_S = 0.05  # a file's regex match runs on the event loop this long at most
+# Matches that outlast the inline slice (hostile patterns, huge files) share these threads, not
+# the default pool, where model encodes, walks and index commits run: a burst of hostile regexes
+# queues behind itself (each still stops at its own deadline) and never holds up a query embedding.
+REGEX_THREADS = 2
+_REGEX_POOL = ThreadPoolExecutor(max_workers=REGEX_THREADS, thread_name_prefix="agentsearch-regex")
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 _WORD = re.compile(r"\w+")
 
@@ -227,10 +233,16 @@ async def _file_matches(compiled: regex.Pattern[str], text: str, max_matches: in
         if remaining <= INLINE_MATCH_S:
             return exc.partial, True
     try:
-        found = await asyncio.to_thread(find_line_matches, compiled, text, max_matches, deadline - time.monotonic(), release_gil=True)
+        found = await asyncio.get_running_loop().run_in_executor(_REGEX_POOL, _match_until, compiled, text, max_matches, deadline)
     except RegexTimeout as exc:
         return exc.partial, True
     return found, False
+
+
+def _match_until(compiled: regex.Pattern[str], text: str, max_matches: int, deadline: float) -> list[tuple[int, str]]:
+    """``find_line_matches`` in a regex thread, timed from when the thread takes it: time spent
+    queued behind other matches counts against the same deadline."""
+    return find_line_matches(compiled, text, max_matches, deadline - time.monotonic(), release_gil=True)
 
 
 def _file_text(layout: list[tuple[int, int, str]]) -> str:

@@ -30,6 +30,7 @@ from service.code.trigram import MAX_FIXED_EXPANSION, RegexTimeout, find_line_ma
 from service.engine.analyzer import analyze, query_terms, terms_text
 from service.errors import InvalidEntityRef
 from service.settings import Settings
+from service.state import ENGINE
 from tests.code.helpers import register, search, wait_indexed
 
 WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
@@ -316,3 +317,26 @@ async def test_hostile_regexes_over_http_answer_in_bounded_time(client: TestClie
     assert plain["results"] == [] or all(r["path"] == "small.py" for r in plain["results"])
     found = await search(client, workspace["id"], query=r"def \w+\(\)", regex=True)
     assert [(r["path"], r["line"]) for r in found["results"]] == [("small.py", 1)]
+
+
+async def test_hostile_regexes_leave_the_model_its_threads(client: TestClient[Any, Any], settings: Settings) -> None:
+    """Matches that outlast their inline slice run in the regex threads, not in the default pool
+    where the model encodes: with eight hostile searches running at once (more than the default
+    pool's threads on this machine), a query embedding still finishes before any of them."""
+    root = settings.allowed_roots[0] / "hostile-many"
+    root.mkdir()
+    (root / "long.txt").write_text("start\n" + "a" * 50_000 + "!\nend\n")
+    workspace = await register(client, root)
+    await wait_indexed(client, workspace["id"])
+    embedder = client.app[ENGINE].embedders.default
+    assert embedder is not None
+    await embedder.embed_query("load the model before the race")
+
+    hostile = [asyncio.create_task(search(client, workspace["id"], query=r"(a+)+$", regex=True)) for _ in range(8)]
+    await asyncio.sleep(0.5)  # each is past its inline slice now, matching for up to its 5 s budget
+    assert not any(task.done() for task in hostile)
+    vector = await embedder.embed_query("a query nobody embedded before: rotate the log files")
+    assert len(vector) == 384
+    assert not any(task.done() for task in hostile), "the query embedding waited for the hostile regexes"
+    answers = await asyncio.gather(*hostile)
+    assert all(any("regex search stopped" in notice for notice in answer["notices"]) for answer in answers)

@@ -112,7 +112,7 @@ def _print_reindex(report: dict[str, Any], *, as_json: bool) -> None:
     if report.get("retired"):
         switched += f"; dropped the old vector from {', '.join(sorted(report['retired']))}"
     print(
-        f"reindexed {report.get('records', 0)} records ({report.get('repaired', 0)} repaired, "
+        f"reindexed {report.get('records', 0)} records ({report.get('repaired', 0)} repaired, {report.get('reanalyzed', 0)} reanalyzed, "
         f"{report.get('filled', 0)} filled, {report.get('reconciled', 0)} reconciled){switched}; "
         f"serving {report.get('serving_model') or 'no model (lexical)'}"
     )

@@ -33,6 +33,8 @@ class SurfaceDef:
     add_cli: Callable[[Any], None] | None = None
     jobs: dict[str, tuple[Callable[..., Awaitable[Any]], bool]] = field(default_factory=dict)
     """arq job name -> (coroutine taking ``ctx`` first, runs on the fast queue)."""
+    analyzed_fields: tuple[str, ...] = ()
+    """Payload fields besides ``terms`` that hold analyzer output (``reindex`` upgrades them)."""
 
 
 def surfaces() -> list[SurfaceDef]:
@@ -42,7 +44,7 @@ def surfaces() -> list[SurfaceDef]:
 async def register_surfaces(engine: Engine) -> None:
     """Create (or open) every surface's collection on ``engine`` and run its start-up hook."""
     for surface in surfaces():
-        await engine.register(surface.name, surface.spec)
+        await engine.register(surface.name, surface.spec, surface.analyzed_fields)
         if surface.on_open is not None:
             await surface.on_open(engine)
 

@@ -34,6 +34,6 @@ async def on_open(engine: Engine) -> None:
         await engine.store.ensure_vector(COLLECTION, VectorSpec(embedder.vector_name, embedder.dimensions))
 
 
-SURFACE = SurfaceDef(name=SURFACE_NAME, spec=SPEC, routes=routes, on_open=on_open)
+SURFACE = SurfaceDef(name=SURFACE_NAME, spec=SPEC, routes=routes, on_open=on_open, analyzed_fields=("identity_terms", "link_terms"))
 
 __all__ = ["SURFACE"]

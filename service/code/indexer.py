@@ -40,6 +40,7 @@ from service.code.model import (
 )
 from service.code.trigram import TrigramIndex
 from service.code.walker import WalkedFile, WalkResult, walk
+from service.engine.analyzer import ANALYZER_VERSION
 from service.engine.records import PENDING, content_hash
 from service.engine.store import PointRecord, point_id
 
@@ -264,6 +265,7 @@ def chunk_payload(workspace_id: str, tenant: str, embed_model: str | None, chunk
         "kind": RECORD_KIND,
         "key": chunk.key,
         "terms": chunk_terms(chunk.text),
+        "analyzer": ANALYZER_VERSION,
         "embed_text": embed_text_of(chunk.path, chunk.text),
         "content_hash": chunk.content_hash,
         "embed_state": state,

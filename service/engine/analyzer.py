@@ -22,6 +22,9 @@ _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+"
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 
 MAX_TERM_LENGTH = 40
+# Stored with every record (``analyzer``) so ``reindex`` can bring older terms up to date
+# (``upgrade_terms``). 1: the first release; 2: the plural fold applies to whole identifiers too.
+ANALYZER_VERSION = 2
 
 STOPWORDS = frozenset(
     ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "how", "i", "in", "is", "it", "of", "on", "or", "the", "this", "to", "what", "which", "with"]
@@ -76,6 +79,16 @@ def analyze(text: str, *, drop_stopwords: bool = False) -> list[str]:
 def terms_text(*texts: str | None) -> str:
     """The ``terms`` payload value for a document made of ``texts``."""
     return " ".join(term for text in texts if text for term in analyze(text))
+
+
+def upgrade_terms(terms: str, version: int) -> str:
+    """Terms an older analyzer (``version``) wrote, brought to today's rules that act on analyzed
+    words: what ``reindex`` runs on stored records. A change in how text splits cannot be applied
+    to its output; such a version needs the records ingested again, and says so here."""
+    words = terms.split()
+    if version < 2:
+        words = [_normalize(word) for word in words]  # parts were folded already; folding is idempotent
+    return " ".join(words)
 
 
 def query_terms(query: str) -> str:

@@ -5,7 +5,9 @@ Records hold everything their index entries derive from (``embed_text``, ``embed
 
 1. **records**: each record's ``content_hash`` is derived again from its text and model. A record
    whose stored state disagrees (another hash, ``done`` without a current vector, a vector of a
-   model that does not serve) goes back to ``pending`` and gets an embed job.
+   model that does not serve) goes back to ``pending`` and gets an embed job. Terms an older
+   analyzer wrote (the record's ``analyzer`` version) are brought up to date
+   (``analyzer.upgrade_terms``), so the BM25 index follows analyzer fixes too.
 2. **fill**: when the configured default model differs from the serving one, the new model's
    vector (a new named vector: names carry model and dimension) is computed for every embedded
    record of the default model, batch by batch, while searches keep using the old vector.
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError
 
+from service.engine.analyzer import ANALYZER_VERSION, upgrade_terms
 from service.engine.embeddings import EmbeddingUnavailable, LocalEmbedder, ModelRef, OpenAIEmbedder
 from service.engine.records import DONE, PENDING, RecordIndex, content_hash
 from service.engine.store import CollectionSpec, PointRecord, VectorSpec, point_id
@@ -82,6 +85,8 @@ class ReindexReport:
     switched: bool = False
     records: int = 0
     repaired: int = 0
+    reanalyzed: int = 0
+    """Records whose terms an older analyzer wrote, brought up to date."""
     filled: int = 0
     reconciled: int = 0
     passes: int = 0
@@ -164,10 +169,11 @@ async def reindex(
     report = ReindexReport(serving_model=serving.model if serving else None)
     serving_vector = _vector_name(registry.default)
     for index in engine.surfaces.values():
-        records, repaired = await _repair(engine, index, serving_vector, notify)
+        records, repaired, reanalyzed = await _repair(engine, index, serving_vector, notify)
         report.records += records
         report.repaired += repaired
-        report.by_collection.setdefault(index.collection, {}).update(records=records, repaired=repaired)
+        report.reanalyzed += reanalyzed
+        report.by_collection.setdefault(index.collection, {}).update(records=records, repaired=repaired, reanalyzed=reanalyzed)
     migration = await read_marker(engine, MIGRATION_KEY)
     if target is None:
         notify(ReindexProgress("done"))
@@ -223,9 +229,10 @@ def _is_default(payload: Mapping[str, Any]) -> bool:
     return not payload.get("embed_model")
 
 
-async def _repair(engine: Engine, index: RecordIndex, serving_vector: str | None, notify: Progress) -> tuple[int, int]:
-    """Step 1: derive each record's hash again and put back to pending what has no current vector."""
-    seen = repaired = 0
+async def _repair(engine: Engine, index: RecordIndex, serving_vector: str | None, notify: Progress) -> tuple[int, int, int]:
+    """Step 1: derive each record's hash again and put back to pending what has no current vector;
+    bring terms an older analyzer wrote up to date. Returns (records, repaired, reanalyzed)."""
+    seen = repaired = reanalyzed = 0
     to_embed: list[tuple[str, str]] = []
     async for page in _scroll_all(engine, index.collection):
         for point in page:
@@ -238,20 +245,37 @@ async def _repair(engine: Engine, index: RecordIndex, serving_vector: str | None
                 stored = payload.get("vector_name")
                 vector_ok = not _is_default(payload) or serving_vector is None or stored in (None, serving_vector, payload.get("fill_vector"))
                 wanted = DONE if payload.get("embedded_hash") == expected and vector_ok else PENDING
-            if payload.get("content_hash") == expected and state == wanted:
-                continue
-            changes: dict[str, Any] = {"content_hash": expected, "embed_state": wanted}
-            if wanted == PENDING:
-                # pending_since 0: the sweeper takes it at once if the job queued below is lost.
-                changes["pending_since"] = 0
-                to_embed.append((str(payload["key"]), expected))
-            await engine.store.set_payload(index.collection, [point.id], changes)
-            repaired += 1
+            changes: dict[str, Any] = {}
+            if payload.get("content_hash") != expected or state != wanted:
+                changes.update(content_hash=expected, embed_state=wanted)
+                if wanted == PENDING:
+                    # pending_since 0: the sweeper takes it at once if the job queued below is lost.
+                    changes["pending_since"] = 0
+                    to_embed.append((str(payload["key"]), expected))
+                repaired += 1
+            version = int(payload.get("analyzer") or 1)
+            if version < ANALYZER_VERSION:
+                changes.update(_upgraded(payload, index.analyzed_fields, version), analyzer=ANALYZER_VERSION)
+                reanalyzed += 1
+            if changes:
+                await engine.store.set_payload(index.collection, [point.id], changes)
         notify(ReindexProgress("records", index.collection, seen, seen))
     await index.enqueue_embedding(to_embed)
-    if repaired:
-        log.info("reindex repaired records", extra={"collection": index.collection, "repaired": repaired})
-    return seen, repaired
+    if repaired or reanalyzed:
+        log.info("reindex repaired records", extra={"collection": index.collection, "repaired": repaired, "reanalyzed": reanalyzed})
+    return seen, repaired, reanalyzed
+
+
+def _upgraded(payload: Mapping[str, Any], fields: Sequence[str], version: int) -> dict[str, Any]:
+    """The analyzed fields of ``payload`` (a string of terms, or a list of terms) under today's analyzer."""
+    upgraded: dict[str, Any] = {}
+    for name in fields:
+        value = payload.get(name)
+        if isinstance(value, str):
+            upgraded[name] = upgrade_terms(value, version)
+        elif isinstance(value, list):
+            upgraded[name] = list(dict.fromkeys(upgrade_terms(str(term), version) for term in value))
+    return upgraded
 
 
 def _needs_fill(payload: Mapping[str, Any], target_vector: str) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from service.engine.analyzer import ANALYZER_VERSION
 from service.engine.store import CollectionSpec, Filter, Match, MatchAny, PointRecord, point_id
 
 if TYPE_CHECKING:
@@ -75,10 +76,12 @@ class WriteResult:
 class RecordIndex:
     """The records of one surface collection."""
 
-    def __init__(self, engine: Engine, surface: str, spec: CollectionSpec) -> None:
+    def __init__(self, engine: Engine, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = ()) -> None:
         self.engine = engine
         self.surface = surface
         self.spec = spec
+        self.analyzed_fields = (spec.text_field, *analyzed_fields)
+        """Payload fields holding analyzer output (a string of terms or a list of terms)."""
 
     @property
     def collection(self) -> str:
@@ -135,6 +138,7 @@ class RecordIndex:
             kind=record.kind,
             key=record.key,
             terms=record.terms,
+            analyzer=ANALYZER_VERSION,
             embed_text=record.embed_text,
             content_hash=new_hash,
             embed_state=DONE if embedded_hash == new_hash else PENDING,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from arq.connections import ArqRedis
@@ -40,14 +41,14 @@ class Engine:
     _vectors: set[tuple[str, str]] = field(default_factory=set)
     _serving_refresh: asyncio.Task[None] | None = None
 
-    async def register(self, surface: str, spec: CollectionSpec) -> RecordIndex:
+    async def register(self, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = ()) -> RecordIndex:
         """Create the surface's collection if missing and remember it (sweeper, index status)."""
         await self.store.ensure_collection(spec)
         default = self.embedders.default
         if default is not None and default.dimensions:
             # Create the default model's vector up front so dense search works before the first embed.
             await self.ensure_vector(spec.name, VectorSpec(default.vector_name, default.dimensions))
-        index = RecordIndex(self, surface, spec)
+        index = RecordIndex(self, surface, spec, analyzed_fields)
         self.surfaces[surface] = index
         return index
 

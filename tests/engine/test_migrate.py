@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from service.engine.analyzer import terms_text
+from service.engine.analyzer import ANALYZER_VERSION, query_terms, terms_text
 from service.engine.embeddings import vector_name
 from service.engine.migrate import META_COLLECTION, MIGRATION_KEY, SERVING_KEY, read_marker, reindex
 from service.engine.records import DONE, PENDING, IndexRecord, tenant_filter
@@ -277,5 +277,34 @@ async def test_an_embed_job_adds_back_a_vector_another_process_retired(settings:
         assert (await embed_records(engine, COLLECTION, [("second", second.content_hash)])).embedded == 1
         [point] = await engine.store.retrieve(COLLECTION, [point_id(COLLECTION, "second")], with_vectors=True)
         assert len(point.vectors[VECTOR_A]) == 384 and point.payload["embed_state"] == DONE
+    finally:
+        await engine.close()
+
+
+async def test_reindex_brings_terms_of_an_older_analyzer_up_to_date(settings: Settings) -> None:
+    """Records written before the analyzer folded the plural of whole identifiers (version 1, no
+    ``analyzer`` field) kept ``getitems``: the one-word query ``getitems`` (term ``getitem``) missed them.
+    The stored state is written by hand as version 1 wrote it: that code no longer exists."""
+    engine = await open_engine(replace(settings, embeddings_model=None))
+    try:
+        docs = engine.records(COLLECTION)
+        await docs.write([record("loader", "def getItems(self): load every row")], embed=False)
+        pid = point_id(COLLECTION, "loader")
+        [fresh] = await engine.store.retrieve(COLLECTION, [pid])
+        assert fresh.payload["analyzer"] == ANALYZER_VERSION and "getitem" in fresh.payload["terms"].split()
+        version_1 = "def getitems get item self load every row"
+        await engine.store.overwrite_payload(COLLECTION, pid, {**{k: v for k, v in fresh.payload.items() if k != "analyzer"}, "terms": version_1})
+
+        async def found(query: str) -> list[str]:
+            hits = await engine.store.search_text(COLLECTION, query_terms(query), tenant_filter(["global"]))
+            return [str(hit.payload["key"]) for hit in hits]
+
+        assert query_terms("getitems") == "getitem" and await found("getitems") == []
+        report = await reindex(engine)
+        assert report.reanalyzed == 1 and report.repaired == 0
+        [upgraded] = await engine.store.retrieve(COLLECTION, [pid])
+        assert upgraded.payload["terms"] == "def getitem get item self load every row" and upgraded.payload["analyzer"] == ANALYZER_VERSION
+        assert await found("getitems") == ["loader"]
+        assert (await reindex(engine)).reanalyzed == 0  # nothing left to bring up to date
     finally:
         await engine.close()

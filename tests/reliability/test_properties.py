@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from service.catalog.refs import ENTITY_TYPES, EntityRef, parse_entity_param, parse_ref
 from service.code.scope import ScopeError, resolve_scope
 from service.code.trigram import MAX_FIXED_EXPANSION, RegexTimeout, find_line_matches, regex_compile
-from service.engine.analyzer import analyze, query_terms, terms_text
+from service.engine.analyzer import ANALYZER_VERSION, analyze, query_terms, terms_text, upgrade_terms
 from service.errors import InvalidEntityRef
 from service.settings import Settings
 from service.state import ENGINE
@@ -65,6 +65,13 @@ def test_a_lowercase_query_of_an_identifier_meets_it(words: list[str], style: st
 def test_a_query_meets_every_text_that_holds_it_between_spaces(before: str, query: str, after: str) -> None:
     """Analysis has no context: the terms of a text are found in any text that holds it as whole words."""
     assert set(query_terms(query).split()) <= set(terms_text(f"{before} {query} {after}").split())
+
+
+@given(text=st.text(max_size=300), version=st.integers(1, ANALYZER_VERSION))
+def test_upgrading_terms_leaves_todays_output_as_it_is(text: str, version: int) -> None:
+    """``reindex`` upgrades every record whose stamp is older, including records today's analyzer
+    wrote before the stamp existed: the upgrade must not change today's output."""
+    assert upgrade_terms(terms_text(text), version) == terms_text(text)
 
 
 @given(text=st.text(max_size=300))

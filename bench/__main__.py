@@ -7,13 +7,13 @@ import importlib
 import sys
 import time
 
-BENCHES = ("bench.bench_store", "bench.bench_embedding", "bench.bench_catalog", "bench.bench_actions", "bench.bench_code")
+BENCHES = ("bench.bench_store", "bench.bench_embedding", "bench.bench_catalog", "bench.bench_actions", "bench.bench_code", "bench.bench_memory")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--full", action="store_true", help="the large data sets (tens of minutes)")
-    parser.add_argument("--only", action="append", help="run only these (store, embedding, catalog, actions, code)")
+    parser.add_argument("--only", action="append", help="run only these (store, embedding, catalog, actions, code, memory)")
     args = parser.parse_args()
     status = 0
     for name in BENCHES:

@@ -79,7 +79,7 @@ def free_port() -> int:
 class Service:
     """`python -m service serve` as a child process on a free loopback port."""
 
-    def __init__(self, workdir: Path, prefix: str) -> None:
+    def __init__(self, workdir: Path, prefix: str, extra_env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.workdir = workdir
         self.log = workdir / "service.log"
@@ -91,6 +91,7 @@ class Service:
             "AGENTSEARCH_RATE_LIMITS_ENABLED": "false",
             "AGENTSEARCH_LOG_LEVEL": "WARNING",
             "AGENTSEARCH_ALLOWED_ROOTS": str(workdir / "workspaces"),
+            **(extra_env or {}),
         }
         command = [sys.executable, "-m", "service", "serve", "--port", str(self.port), "--data-dir", str(workdir / "data")]
         with self.log.open("wb") as log:

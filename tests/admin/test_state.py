@@ -48,8 +48,10 @@ async def test_index_state_and_embed_jobs_per_surface_and_tenant(settings: Setti
         assert rows["user:alice"]["embedded"] + rows["user:alice"]["pending"] == 3
 
         async def embedded() -> bool:
+            # The vectors land inside the embed job; its last-warm time is noted when the job has ended.
             now = {row["tenant"]: row for row in _surface(await get_json(client, "/admin/api/index"), surface)["tenants"]}
-            return now["user:alice"]["embedded"] == 3 and now["org:acme"]["embedded"] == 2
+            done = now["user:alice"]["embedded"] == 3 and now["org:acme"]["embedded"] == 2
+            return done and all(now[tenant]["last_warm_ms"] for tenant in ("user:alice", "org:acme"))
 
         await wait_until(embedded, timeout_s=120)
         after = await get_json(client, "/admin/api/index")

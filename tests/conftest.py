@@ -19,6 +19,7 @@ from service.auth import mint_token
 from service.engine.queue import forget_deployment
 from service.engine.runtime import Engine, open_engine
 from service.settings import Settings
+from tests.embedding_server import embeddings_app
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -60,6 +61,15 @@ async def engine(settings: Settings) -> AsyncIterator[Engine]:
     opened = await open_engine(settings)
     yield opened
     await opened.close()
+
+
+@pytest.fixture
+async def embedding_endpoint() -> AsyncIterator[TestServer]:
+    """The tests' OpenAI-compatible embeddings model (``tests/embedding_server.py``) on a local port."""
+    server = TestServer(embeddings_app())
+    await server.start_server()
+    yield server
+    await server.close()
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from service.settings import ProviderSettings, Settings
 from tests.actions.helpers import ALICE, HAND_MADE, action_counts, api_key, oauth, put_instances, put_templates, search
 from tests.code.conftest import variant
 from tests.code.helpers import running
-from tests.code.test_providers import bag_of_words_vector, embeddings_app
 from tests.conftest import wait_until
+from tests.embedding_server import bag_of_words_vector
 
 Client = TestClient[Any, Any]
 
@@ -55,14 +55,6 @@ async def client(settings: Settings) -> AsyncIterator[Client]:
     """The app without embeddings: these tests need no model, and loading one costs seconds."""
     async with running(variant(settings, "plain", embeddings_model=None)) as test_client:
         yield test_client
-
-
-@pytest.fixture
-async def embedding_endpoint() -> AsyncIterator[TestServer]:
-    server = TestServer(embeddings_app())
-    await server.start_server()
-    yield server
-    await server.close()
 
 
 async def test_score_blends_keyword_0_4_and_cosine_0_6_plus_bonuses(settings: Settings, embedding_endpoint: TestServer) -> None:

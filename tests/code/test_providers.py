@@ -4,49 +4,17 @@ lexically with a notice instead of failing."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from service.settings import ProviderSettings, Settings
 from tests.code.conftest import variant
 from tests.code.helpers import register, running, search, status, wait_embedded
+from tests.embedding_server import CALLS, DIMENSIONS, FAILING, embeddings_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-DIMENSIONS = 32
-CALLS = web.AppKey("calls", list)
-FAILING = web.AppKey("failing", dict)
-
-
-def bag_of_words_vector(text: str) -> list[float]:
-    """A deterministic embedding in which texts sharing words are close: hashed word counts."""
-    vector = [0.0] * DIMENSIONS
-    for word in text.lower().split():
-        vector[int(hashlib.sha256(word.strip(".,:()\"'").encode()).hexdigest(), 16) % DIMENSIONS] += 1.0
-    norm = sum(v * v for v in vector) ** 0.5 or 1.0
-    return [v / norm for v in vector]
-
-
-def embeddings_app() -> web.Application:
-    app = web.Application()
-    app[CALLS] = []
-    app[FAILING] = {"on": False}
-
-    async def handler(request: web.Request) -> web.Response:
-        body = await request.json()
-        request.app[CALLS].append(body)
-        if request.app[FAILING]["on"]:
-            return web.json_response({"error": {"message": "overloaded"}}, status=500)
-        data = [{"object": "embedding", "index": i, "embedding": bag_of_words_vector(t)} for i, t in enumerate(body["input"])]
-        return web.json_response({"object": "list", "data": data, "model": body["model"]})
-
-    app.router.add_post("/v1/embeddings", handler)
-    return app
-
 
 async def test_openai_compatible_model_and_its_failures(module_settings: Settings, tree: Path) -> None:
     server = TestServer(embeddings_app())

@@ -5,7 +5,6 @@ omitted, ``index_dir`` as the cache location, and the service-wide ``skip_dirs``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ from service.errors import SettingsError
 from service.settings import ProviderSettings, Settings, load_settings
 from tests.code.conftest import variant
 from tests.code.helpers import register, running, search, status, wait_embedded, wait_indexed
-from tests.code.test_providers import CALLS, embeddings_app
 from tests.code.trees import AUTH_PY, write_tree
+from tests.embedding_server import CALLS
 
 
 def test_seed_numbers_are_the_defaults(settings: Settings) -> None:
@@ -35,14 +34,6 @@ def test_a_file_without_boundaries_is_cut_into_40_line_windows() -> None:
         (ChunkKind.WINDOW, 41, 80),
         (ChunkKind.WINDOW, 81, 100),
     ]
-
-
-@pytest.fixture
-async def embedding_endpoint() -> AsyncIterator[TestServer]:
-    server = TestServer(embeddings_app())
-    await server.start_server()
-    yield server
-    await server.close()
 
 
 async def test_the_scope_limit_is_at_most_that_many_chunks(settings: Settings, embedding_endpoint: TestServer) -> None:

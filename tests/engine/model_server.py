@@ -2,7 +2,7 @@
 
 No second sentence-transformers model exists offline, so the new default model is this HTTP
 endpoint (the accepted second provider, SPEC.md). It embeds with the hashed bag of words of
-``tests/code/test_providers.py``, logs every request, and can hold document batches at a gate so
+``tests/embedding_server.py``, logs every request, and can hold document batches at a gate so
 that a test can act while a fill is half done.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.code.test_providers import DIMENSIONS, bag_of_words_vector
+from tests.embedding_server import DIMENSIONS, embedding_data
 
 __all__ = ["DIMENSIONS", "ModelServer"]
 
@@ -49,8 +49,7 @@ class ModelServer:
         if self.hold_after is not None and inputs != ["dimension probe"] and len(self.document_batches()) > self.hold_after:
             self.held.set()
             await self.release.wait()
-        data = [{"object": "embedding", "index": i, "embedding": bag_of_words_vector(text)} for i, text in enumerate(inputs)]
-        return web.json_response({"object": "list", "data": data, "model": body["model"]})
+        return web.json_response({"object": "list", "data": embedding_data(inputs), "model": body["model"]})
 
     async def start(self) -> ModelServer:
         app = web.Application()

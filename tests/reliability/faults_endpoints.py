@@ -8,23 +8,14 @@ the client gives up; the server counts the requests it saw cancelled).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from tests.embedding_server import embedding_data
+
 DIMENSIONS = 24
-
-
-def word_hash_vector(text: str) -> list[float]:
-    """A deterministic unit vector in which texts sharing words lie close: one hashed slot per word."""
-    vector = [0.0] * DIMENSIONS
-    for word in text.lower().split():
-        slot = hashlib.blake2b(word.strip(".,:;()'\"").encode(), digest_size=4).digest()
-        vector[int.from_bytes(slot, "big") % DIMENSIONS] += 1.0
-    norm = sum(v * v for v in vector) ** 0.5 or 1.0
-    return [v / norm for v in vector]
 
 
 @dataclass
@@ -67,7 +58,7 @@ class FaultyEndpoint:
         fault = await self._fault()
         if fault is not None:
             return fault
-        data = [{"object": "embedding", "index": i, "embedding": word_hash_vector(text)} for i, text in enumerate(body["input"])]
+        data = embedding_data(body["input"], DIMENSIONS)
         return web.json_response({"object": "list", "data": data, "model": body["model"]})
 
     async def _rerank(self, request: web.Request) -> web.Response:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.auth import GLOBAL_TENANT, Caller
-from service.catalog import markdown
+from service.catalog import markdown, render
 from service.catalog.keys import GLOBAL_KINDS, SCOPE_RANKED, SCOPE_RANKED_HIDDEN, Kind, mcp_domain, record_key
 from service.catalog.models import (
     Capability,
@@ -79,6 +79,20 @@ def resolve_owner(caller: Caller, owner: str | None) -> str:
 
 def tenant_for(entity: Entity, owner_tenant: str) -> str:
     return GLOBAL_TENANT if isinstance(entity, Capability | Domain | Guide) else owner_tenant
+
+
+def lint_guide(guide: Guide, path: str) -> None:
+    """Seed 000's ``no-oversized-guide-section``: each heading's own text fits the entity budget
+    left after the header it is answered under, so opening any heading answers with its text,
+    never a bare contents list. ``path`` names the field in the error."""
+    for heading, size in markdown.own_sections(guide.markdown):
+        room = markdown.DEFAULT_BUDGET_CHARS - len(render.guide_section_header(guide.id, guide.title, guide.summary, heading.slug))
+        if size > room:
+            raise ValidationError(
+                f"{path}: section #{heading.slug} (line {heading.line}) has {size:,} characters of its own, "
+                f"over the {room:,} that fit the {markdown.DEFAULT_BUDGET_CHARS:,}-character entity budget after its header "
+                "(no-oversized-guide-section); split it under subheadings"
+            )
 
 
 def require_rights(caller: Caller, entities: Iterable[Entity]) -> None:

@@ -177,9 +177,14 @@ def open_document(md: str, ref: str, parts: tuple[str, ...], budget_chars: int) 
         return markdown.line_range(md, fragment, max_chars=budget_chars), f"lines {fragment}", False
     body = markdown.section(md, fragment)
     if len(body) <= budget_chars:
-        return body, f"section #{fragment}", False
+        return body, section_part(fragment, contents=False), False
     toc, _ = markdown.fit_or_toc(body, budget_chars, ref)
-    return toc, f"section #{fragment} (contents)", True
+    return toc, section_part(fragment, contents=True), True
+
+
+def section_part(slug: str, *, contents: bool) -> str:
+    """The ``part`` an opened heading is answered as: its text, or its contents when over the budget."""
+    return f"section #{slug} (contents)" if contents else f"section #{slug}"
 
 
 async def _package(engine: Engine, caller: Caller, ref: EntityRef, budget_chars: int) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.catalog import markdown
 from service.errors import ValidationError
 from service.validation import Fields
 
@@ -285,33 +284,13 @@ def _domain(f: Fields) -> Domain:
 
 def _guide(f: Fields) -> Guide:
     guide_id = _id(f)
-    guide = Guide(
+    return Guide(
         id=guide_id,
         title=_text(f, "title") or guide_id,
         summary=_text(f, "summary"),
         markdown=_text(f, "markdown", required=True, limit=MAX_MARKDOWN),
         tags=_tags(f),
     )
-    _lint_sections(f, guide)
-    return guide
-
-
-def section_header(guide: Guide, slug: str) -> str:
-    """The entity header an opened section is answered under (``guide:{id}#{slug}``, title, summary, part)."""
-    return f"## `guide:{guide.id}#{slug}` — {guide.title}\n{guide.summary}\nPart: section #{slug} (contents)\n"
-
-
-def _lint_sections(f: Fields, guide: Guide) -> None:
-    """Seed 000's ``no-oversized-guide-section``: each heading's own text fits the entity budget
-    left after its header, so opening any heading answers with its text, never a bare contents list."""
-    for heading, size in markdown.own_sections(guide.markdown):
-        room = markdown.DEFAULT_BUDGET_CHARS - len(section_header(guide, heading.slug))
-        if size > room:
-            raise ValidationError(
-                f"{f._path('markdown')}: section #{heading.slug} (line {heading.line}) has {size:,} characters of its own, "
-                f"over the {room:,} that fit the {markdown.DEFAULT_BUDGET_CHARS:,}-character entity budget after its header "
-                "(no-oversized-guide-section); split it under subheadings"
-            )
 
 
 def _export(f: Fields) -> Export:

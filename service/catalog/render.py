@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.catalog.callshapes import call_shape
-from service.catalog.lookup import absorb_step
+from service.catalog.lookup import absorb_step, section_part
 from service.catalog.ranking import Scored
 
 CALL_SHAPE_TOP = 3
@@ -210,6 +210,12 @@ def entity_markdown(doc: Mapping[str, Any]) -> str:
     sections = [detail_markdown(item) if item.get("ok") else f"## {item['entity']}\nError ({item['error']['code']}): {item['error']['message']}" for item in doc.get("results") or []]
     tail = notices_markdown(doc)
     return "\n\n".join([*sections, tail] if tail else sections)
+
+
+def guide_section_header(guide_id: str, title: str, summary: str, slug: str) -> str:
+    """What ``detail_markdown`` writes around an opened guide heading's text (its longest part label)."""
+    item = {"type": "guide", "entity": f"guide:{guide_id}#{slug}", "title": title, "summary": summary, "part": section_part(slug, contents=True), "markdown": ""}
+    return detail_markdown(item)
 
 
 def detail_markdown(item: Mapping[str, Any]) -> str:

@@ -13,9 +13,9 @@ from aiohttp import web
 from service.auth import Caller
 from service.catalog import render
 from service.catalog.domains import refresh_domain_stats
-from service.catalog.ingest import delete_entity, require_rights, resolve_owner, write_entities
+from service.catalog.ingest import delete_entity, lint_guide, require_rights, resolve_owner, write_entities
 from service.catalog.keys import Kind, record_key
-from service.catalog.models import Capability, Domain, parse_entity
+from service.catalog.models import Capability, Domain, Guide, parse_entity
 from service.catalog.search import Answer, SearchContext, SearchRequest, deadline_answer, parse_request, run_search
 from service.catalog.state import catalog_state
 from service.catalog.timing import SearchAbandoned, SearchClock
@@ -53,6 +53,9 @@ async def put_entities(request: web.Request) -> web.Response:
     if not raw:
         raise ValidationError("entities is empty; send 1-1000 entities")
     entities = [parse_entity(item, f"entities[{i}]") for i, item in enumerate(raw)]
+    for i, entity in enumerate(entities):
+        if isinstance(entity, Guide):
+            lint_guide(entity, f"entities[{i}].markdown")
     require_rights(caller, entities)
     owner_tenant = resolve_owner(caller, owner)
     index = catalog_state(engine).index

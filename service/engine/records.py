@@ -111,7 +111,6 @@ class RecordIndex:
         existing = {p.id: p for p in await self.engine.store.retrieve(self.collection, ids)}
         fresh: list[PointRecord] = []
         changed: list[tuple[str, str]] = []
-        embeddable = self.engine.embedders.serving is not None
         for pid, record in zip(ids, records, strict=True):
             old = existing.get(pid)
             payload = self._payload(record, old.payload if old else None)
@@ -120,9 +119,8 @@ class RecordIndex:
             else:
                 # overwrite_payload keeps the stored vector: an unchanged text keeps its embedding.
                 await self.engine.store.overwrite_payload(self.collection, pid, payload)
-            # With embeddings off only a record naming its own model can be embedded; the rest stay
-            # pending, searched lexically, and the sweeper queues them once a model serves.
-            if payload["embed_state"] == PENDING and (record.embed_model or embeddable):
+            # A record no model can embed stays pending, searched lexically; the sweeper queues it once one serves.
+            if payload["embed_state"] == PENDING and can_embed(self.engine, record.embed_model):
                 changed.append((record.key, record.content_hash))
         if fresh:
             await self.engine.store.upsert(self.collection, fresh)
@@ -185,6 +183,12 @@ class RecordIndex:
         records = await self.engine.store.count(self.collection, base)
         pending = await self.engine.store.count(self.collection, base.and_(Match("embed_state", PENDING)))
         return {"records": records, "embedded": records - pending, "pending": pending}
+
+
+def can_embed(engine: Engine, embed_model: str | None) -> bool:
+    """Whether a record can be embedded now: it names a model of its own, or a default model serves
+    (with embeddings off, ``none``, only the first)."""
+    return bool(embed_model) or engine.embedders.serving is not None
 
 
 def tenant_filter(tenants: Sequence[str]) -> Filter:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.engine.embeddings import EmbeddingUnavailable
-from service.engine.records import DONE, PENDING, RecordIndex
+from service.engine.records import DONE, PENDING, RecordIndex, can_embed
 from service.engine.runtime import Engine
 from service.engine.store import Filter, Match, Range, StoreError, VectorSpec
 
@@ -115,15 +115,13 @@ async def sweep(engine: Engine, *, max_records: int = 100_000, grace_s: float | 
     grace = 2 * engine.settings.job_timeout_s if grace_s is None else grace_s
     cutoff = int(time.time() - grace)
     enqueued: dict[str, int] = {}
-    embeddable = engine.embedders.serving is not None
     for surface, index in engine.surfaces.items():
         items: list[tuple[str, str]] = []
         offset: str | None = None
         pending = Filter(must=(Match("embed_state", PENDING), Range("pending_since", lte=cutoff)))
         while len(items) < max_records:
             page, offset = await engine.store.scroll(index.collection, pending, limit=1024, offset=offset)
-            # With embeddings off, only records that name a model of their own can be embedded.
-            items.extend((str(p.payload["key"]), str(p.payload["content_hash"])) for p in page if embeddable or p.payload.get("embed_model"))
+            items.extend((str(p.payload["key"]), str(p.payload["content_hash"])) for p in page if can_embed(engine, p.payload.get("embed_model")))
             if offset is None:
                 break
         size = engine.settings.embeddings_batch_size

@@ -102,18 +102,18 @@ class JobActions:
         if workspace_tenant(self.engine, workspace_id) is None:
             raise NotFound(f"no workspace {workspace_id!r}; a workspace id is ws_ followed by 20 hex digits, as POST /v1/workspaces returned it")
         job_id = f"{self.keys.prefix}:{WARM_JOB}:{workspace_id}:{uuid.uuid4().hex[:8]}"
-        return await self._enqueue_fast(WARM_JOB, job_id, workspace_id, admin=admin)
+        return await self._enqueue_interactive(WARM_JOB, job_id, workspace_id, admin=admin)
 
     async def sweep_now(self, *, admin: str) -> dict[str, Any]:
         """Run the sweeper now (it also runs on its cron)."""
         job_id = f"{self.keys.prefix}:{SWEEP_JOB}:admin:{uuid.uuid4().hex[:8]}"
-        return await self._enqueue_fast(SWEEP_JOB, job_id, admin=admin)
+        return await self._enqueue_interactive(SWEEP_JOB, job_id, admin=admin)
 
-    async def _enqueue_fast(self, function: str, job_id: str, *args: Any, admin: str) -> dict[str, Any]:
+    async def _enqueue_interactive(self, function: str, job_id: str, *args: Any, admin: str) -> dict[str, Any]:
+        """Enqueue on the fast queue, or a workspace job on its node's queue when workspaces live on several nodes."""
         job = await self.engine.queue.enqueue(function, *args, job_id=job_id, fast=True)
         if job is None:
             raise Unavailable(f"Redis refused to enqueue {function}; try again")
         log.info("admin enqueued a job", extra={"job_id": job_id, "function": function, "admin": admin})
-        # A workspace's warm-up goes to its node's queue when workspaces live on several nodes.
         queue = self.reader.short[self.engine.queue.queue_of(function, args, fast=True)]
         return {"id": job_id, "function": function, "queue": queue, "args": list(args)}

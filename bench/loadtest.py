@@ -91,6 +91,7 @@ class Service:
             "AGENTSEARCH_RATE_LIMITS_ENABLED": "false",
             "AGENTSEARCH_LOG_LEVEL": "WARNING",
             "AGENTSEARCH_ALLOWED_ROOTS": str(workdir / "workspaces"),
+            "AGENTSEARCH_SINGLE_TENANT": "true",  # the load's user registers under the plain base
             **(extra_env or {}),
         }
         command = [sys.executable, "-m", "service", "serve", "--port", str(self.port), "--data-dir", str(workdir / "data")]

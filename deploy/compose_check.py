@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 
 import jsonschema
 
+from service.redact import mask_url
+
 from .common import Problem, check_agentsearch_env, display_path, load_yaml_documents, walk_strings
 
 # The image built from deploy/Dockerfile carries a HEALTHCHECK (checked in dockerfile_check).
@@ -287,10 +289,10 @@ def _check_urls(env: dict[str, str], qdrant: set[str], redis: set[str], file: st
     problems = []
     qdrant_host = urlsplit(env.get("QDRANT_URL", "")).hostname
     if qdrant_host not in qdrant:
-        problems.append(Problem(file, where, f"QDRANT_URL must point at a Qdrant service of this file, got {env.get('QDRANT_URL')!r}"))
+        problems.append(Problem(file, where, f"QDRANT_URL must point at a Qdrant service of this file, got {mask_url(env.get('QDRANT_URL', ''))!r}"))
     redis_host = urlsplit(env.get("REDIS_URL", "")).hostname
     if redis_host not in redis:
-        problems.append(Problem(file, where, f"REDIS_URL must point at the Redis service of this file, got {env.get('REDIS_URL')!r}"))
+        problems.append(Problem(file, where, f"REDIS_URL must point at the Redis service of this file, got {mask_url(env.get('REDIS_URL', ''))!r}"))
     if not env.get("AGENTSEARCH_JWT_SECRET"):
         problems.append(Problem(file, where, "AGENTSEARCH_JWT_SECRET is required beside QDRANT_URL"))
     return problems

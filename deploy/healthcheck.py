@@ -2,13 +2,15 @@
 """Container health checks of the agentsearch image (installed as ``/usr/local/bin/agentsearch-healthcheck``).
 
 ``agentsearch-healthcheck`` (or ``http``): GET ``/healthz`` on this container's port; exit 0 on a 200.
-``agentsearch-healthcheck worker``: exit 0 when arq's health-check keys of both queues (embed and
-fast) are fresh in Redis. arq keeps one such key per queue, refreshed by every worker of that
+``agentsearch-healthcheck worker``: exit 0 when arq's health-check keys of the three queues (embed,
+bulk and fast) are fresh in Redis. arq keeps one such key per queue, refreshed by every worker of that
 queue every ``worker_health_check_s`` and expiring just after, so this says "this deployment's
 queues have a live worker and Redis answers", not "this very process is live" (see README).
 
 The image's ``HEALTHCHECK`` runs the first form; compose overrides it with the second for the
-worker services. Standard library plus ``redis`` (already in the image), one short call each.
+worker services. Standard library plus ``redis`` (already in the image), one short call each; a
+Redis failure names the URL through ``service.redact`` (installed beside it), so a password in
+``REDIS_URL`` is never printed.
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ def check_http(environ: Mapping[str, str]) -> str | None:
         return f"{url} did not answer: {exc}"
 
 
-def worker_health_keys(prefix: str) -> tuple[str, str]:
-    """arq's health-check keys (``<queue>:health-check``) of the embed and fast queues of ``prefix``."""
-    return (f"{prefix}:queue:embed:health-check", f"{prefix}:queue:fast:health-check")
+def worker_health_keys(prefix: str) -> tuple[str, str, str]:
+    """arq's health-check keys (``<queue>:health-check``) of the embed, bulk and fast queues of ``prefix``."""
+    return (f"{prefix}:queue:embed:health-check", f"{prefix}:queue:bulk:health-check", f"{prefix}:queue:fast:health-check")
 
 
 def check_worker(environ: Mapping[str, str]) -> str | None:
-    """None when both queues' health-check keys exist, else what went wrong."""
+    """None when every queue's health-check key exists, else what went wrong."""
     import redis
 
     url = environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -51,7 +53,9 @@ def check_worker(environ: Mapping[str, str]) -> str | None:
         finally:
             client.close()
     except redis.RedisError as exc:
-        return f"redis at {url} did not answer: {exc}"
+        from service.redact import mask_text, mask_url  # the image's venv holds the service package
+
+        return f"redis at {mask_url(url)} did not answer: {mask_text(str(exc))}"
     return f"no live worker refreshed {', '.join(missing)}" if missing else None
 
 

@@ -91,11 +91,14 @@ async def _preload(load: Callable[[], Awaitable[None]]) -> None:
 def _in_process_worker_context(*, node_only: bool) -> Callable[[web.Application], AsyncIterator[None]]:
     """The embedded default runs the arq workers in the service's own event loop; a workspace node's
     front end in production (``node_only``) runs there only the worker of its node queue, as the one
-    process that holds the node's workspace caches."""
+    process that holds the node's workspace caches. On the embedded store the workers first claim the
+    queue prefix: a live instance of another data directory holding it stops the start."""
 
     async def context(app: web.Application) -> AsyncIterator[None]:
+        from service.engine.deployment import claim_for_workers
         from workers.settings import build_workers, run_workers, stop_workers
 
+        claim = await claim_for_workers(app[ENGINE])
         workers = build_workers(app[ENGINE], node_only=node_only)
         task = asyncio.create_task(run_workers(workers))
         app[WORKER_STATE] = {"workers": workers, "task": task}
@@ -107,5 +110,7 @@ def _in_process_worker_context(*, node_only: bool) -> Callable[[web.Application]
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if claim is not None:
+            await claim.release()
 
     return context

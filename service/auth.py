@@ -1,26 +1,41 @@
 """Caller identity: HS256 JWTs signed with the service secret, the caller's tenants, and dev tokens.
 
-Claims: ``sub`` (user id), ``org``, ``teams`` (list), ``plan`` (free | standard | pro | max), ``admin``.
+Claims: ``sub`` (user id), ``org``, ``teams`` (list), ``plan`` (free | standard | pro | max), ``admin``,
+and ``exp`` (required: every token expires, at most ``jwt_max_ttl_s`` after it was issued).
 A caller sees the ``global`` tenant plus what its user, org and teams own.
+
+Tenant keys: ``global``, ``user:<sub>``, ``org:<org>`` and ``team:<org>/<team>``. A team belongs to
+its org: two orgs' teams of the same name are two tenants, so a team key always carries the org
+(``team_tenant`` is the one rule every surface, index and Redis key uses). A token with teams but
+no org gets no team tenant, and writing as one of its teams is refused: the team cannot be tied to
+an org. Keys of the old form ``team:<team>`` (no org) are visible to nobody until
+``agentsearch reindex --team-org <team>=<org>`` re-keys them.
 """
 
 from __future__ import annotations
 
-import os
+import re
 import secrets
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import jwt
 
-from service.errors import Forbidden, Unauthorized
+from service.errors import Forbidden, Unauthorized, ValidationError
+from service.fileonce import create_once
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 ALGORITHM = "HS256"
 SECRET_FILE = "jwt-secret"
 GLOBAL_TENANT = "global"
+TEAM_PREFIX = "team:"
+# The longest a token may live (``jwt_max_ttl_s``'s default): a leaked token dies within it.
+DEFAULT_MAX_TTL_S = 30 * 24 * 3600
 
 
 class Plan(StrEnum):
@@ -32,6 +47,40 @@ class Plan(StrEnum):
     @property
     def paid(self) -> bool:
         return self is not Plan.FREE
+
+
+# ---- tenant keys ------------------------------------------------------------------------------------
+
+
+def _quote(part: str, *, slash: bool) -> str:
+    """``part`` with ``%`` and ``|`` (the record keys' separator) escaped, and ``/`` too for an org,
+    so the first ``/`` of a team key always ends the org and no team key can pose as another's."""
+    quoted = part.replace("%", "%25").replace("|", "%7C")
+    return quoted.replace("/", "%2F") if slash else quoted
+
+
+def _unquote(text: str) -> str:
+    return re.sub(r"%(25|7C|7c|2F|2f)", lambda m: {"25": "%", "7c": "|", "2f": "/"}[m.group(1).lower()], text)
+
+
+def team_tenant(org: str, team: str) -> str:
+    """The tenant key of team ``team`` of org ``org``: ``team:<org>/<team>``."""
+    return f"{TEAM_PREFIX}{_quote(org, slash=True)}/{_quote(team, slash=False)}"
+
+
+def split_team_tenant(tenant: str) -> tuple[str, str] | None:
+    """(org, team) of a team tenant key; None for any other key, the old form ``team:<team>`` included."""
+    if not tenant.startswith(TEAM_PREFIX):
+        return None
+    org, slash, team = tenant[len(TEAM_PREFIX) :].partition("/")
+    if not slash or not org or not team:
+        return None
+    return _unquote(org), _unquote(team)
+
+
+def is_legacy_team_tenant(tenant: str) -> bool:
+    """A team key of the old form ``team:<team>``, which names no org (stored before teams were per org)."""
+    return tenant.startswith(TEAM_PREFIX) and split_team_tenant(tenant) is None
 
 
 @dataclass(frozen=True)
@@ -49,17 +98,51 @@ class Caller:
         return f"user:{self.sub}"
 
     @property
+    def org_tenant(self) -> str | None:
+        return f"org:{self.org}" if self.org else None
+
+    @property
+    def team_tenants(self) -> tuple[str, ...]:
+        """The tenant keys of the caller's teams, each within its org; none without an org claim."""
+        if not self.org:
+            return ()
+        return tuple(team_tenant(self.org, team) for team in self.teams)
+
+    @property
     def tenants(self) -> tuple[str, ...]:
         """Every tenant key whose records this caller may see, ``global`` first."""
         keys = [GLOBAL_TENANT, self.user_tenant]
         if self.org:
             keys.append(f"org:{self.org}")
-        keys.extend(f"team:{team}" for team in self.teams)
+        keys.extend(self.team_tenants)
         return tuple(keys)
+
+    def team_owner_tenant(self, name: str) -> str | None:
+        """The tenant a caller-facing team name stands for; None when it is not the caller's to name.
+
+        ``name`` is one of the caller's teams (meaning that team of the caller's org) or, for an
+        admin, ``<org>/<team>`` (any org's team) or a bare team of the admin's own org.
+        ``ValidationError`` when the caller's team cannot be tied to an org.
+        """
+        if name in self.teams:
+            if not self.org:
+                raise ValidationError(f"team {name!r} needs a token with an org claim: a team belongs to its org")
+            return team_tenant(self.org, name)
+        if not self.admin:
+            return None
+        org, slash, team = name.partition("/")
+        if slash and org and team:
+            return team_tenant(_unquote(org), team)
+        if self.org:
+            return team_tenant(self.org, name)
+        raise ValidationError(f"team {name!r}: name it with its org, as <org>/<team> (a team belongs to its org)")
 
     def require_admin(self) -> None:
         if not self.admin:
             raise Forbidden("this operation needs an admin token (claim admin: true)")
+
+
+# ---- the dev secret --------------------------------------------------------------------------------
 
 
 def load_or_create_secret(data_dir: Path) -> str:
@@ -69,19 +152,11 @@ def load_or_create_secret(data_dir: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    data_dir.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(48)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(secret)
-    tmp.chmod(0o600)
-    try:
-        # link() fails if another process created it first; then that one wins.
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
+    create_once(path, secrets.token_urlsafe(48), mode=0o600)
     return path.read_text().strip()
+
+
+# ---- minting -----------------------------------------------------------------------------------------
 
 
 def mint_token(
@@ -92,38 +167,143 @@ def mint_token(
     teams: tuple[str, ...] = (),
     plan: str = "free",
     admin: bool = False,
-    ttl_s: int = 30 * 24 * 3600,
+    ttl_s: int = DEFAULT_MAX_TTL_S,
     audience: str | None = None,
+    issuer: str | None = None,
+    max_ttl_s: int = DEFAULT_MAX_TTL_S,
 ) -> str:
-    """A signed token for the claims given (the ``agentsearch token`` command)."""
+    """A signed token for the claims given (the ``agentsearch token`` command).
+
+    ``ValueError`` with the reason for a token the service would refuse or misread: no expiry, a
+    lifetime over ``max_ttl_s``, or teams without an org.
+    """
+    if ttl_s <= 0:
+        raise ValueError(f"every token expires: give a lifetime in seconds between 1 and {max_ttl_s} (jwt_max_ttl_s)")
+    if ttl_s > max_ttl_s:
+        raise ValueError(f"a lifetime of {ttl_s}s is over the maximum of {max_ttl_s}s (jwt_max_ttl_s); tokens this long are refused")
+    if teams and not org:
+        raise ValueError("teams need an org: a team belongs to its org, so give the org too")
     now = int(time.time())
-    claims: dict[str, Any] = {"sub": sub, "teams": list(teams), "plan": Plan(plan).value, "admin": admin, "iat": now}
+    claims: dict[str, Any] = {"sub": sub, "teams": list(teams), "plan": Plan(plan).value, "admin": admin, "iat": now, "exp": now + ttl_s}
     if org:
         claims["org"] = org
-    if ttl_s > 0:
-        claims["exp"] = now + ttl_s
     if audience:
         claims["aud"] = audience
+    if issuer:
+        claims["iss"] = issuer
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
-def verify_token(secret: str, token: str, *, audience: str | None = None) -> Caller:
-    """The caller of a valid token; ``Unauthorized`` with the reason otherwise."""
+# ---- verifying -------------------------------------------------------------------------------------
+
+
+def verify_token(
+    secret: str,
+    token: str,
+    *,
+    audience: str | None = None,
+    issuer: str | None = None,
+    max_ttl_s: int = DEFAULT_MAX_TTL_S,
+    dev_data_dir: Path | None = None,
+) -> Caller:
+    """The caller of a valid token; ``Unauthorized`` saying what is wrong otherwise.
+
+    ``dev_data_dir``: the data directory whose generated secret ``secret`` is (unset when the
+    operator configured the secret); a signature mismatch then names it, as the likely cause is a
+    token minted with another data directory's secret.
+    """
     try:
+        jwt.get_unverified_header(token)
+    except jwt.InvalidTokenError:
+        _refuse("malformed token: expected a JWT (three base64url parts, header.payload.signature)")
+    required = ["sub", "exp"] + (["aud"] if audience is not None else []) + (["iss"] if issuer is not None else [])
+    try:
+        # Signature first (PyJWT checks it before any claim), so an unsigned token learns nothing
+        # about what the claims should be.
         claims = jwt.decode(
             token,
             secret,
             algorithms=[ALGORITHM],  # pinned: never trust the token's own alg header
             audience=audience,
-            options={"require": ["sub"], "verify_aud": audience is not None},
+            issuer=issuer,
+            options={"require": required, "verify_aud": audience is not None, "verify_iss": issuer is not None},
         )
-    except jwt.ExpiredSignatureError:
-        raise Unauthorized("token expired; mint a new one") from None
-    except jwt.InvalidAudienceError:
-        raise Unauthorized("token audience does not match this service") from None
     except jwt.InvalidTokenError as exc:
-        raise Unauthorized(f"invalid token: {exc}") from None
+        _refuse(_reason(exc, token, dev_data_dir))
+    _check_lifetime(claims, max_ttl_s)
     return caller_from_claims(claims)
+
+
+def verify_token_for(settings: Settings, secret: str, token: str) -> Caller:
+    """``verify_token`` under the settings' audience, issuer and maximum lifetime (every entry point uses this)."""
+    return verify_token(
+        secret,
+        token,
+        audience=settings.jwt_audience,
+        issuer=settings.jwt_issuer,
+        max_ttl_s=settings.jwt_max_ttl_s,
+        dev_data_dir=None if settings.jwt_secret else settings.data_dir,
+    )
+
+
+def _refuse(message: str) -> NoReturn:
+    raise Unauthorized(message, headers={"WWW-Authenticate": "Bearer"}) from None
+
+
+def _reason(exc: jwt.InvalidTokenError, token: str, dev_data_dir: Path | None) -> str:
+    """A short message for PyJWT's exception: what is wrong, never the library's own wording."""
+    if isinstance(exc, jwt.InvalidAlgorithmError):
+        return f"token not signed with {ALGORITHM}, the only algorithm this service accepts"
+    if isinstance(exc, jwt.InvalidSignatureError):
+        hint = ""
+        if dev_data_dir is not None:
+            where = dev_data_dir.resolve()
+            hint = (
+                f"; this service uses the dev secret of the data directory {where}, so the token was probably "
+                f"signed with another data directory's secret: mint one with `agentsearch token --data-dir {where} --sub ...`"
+            )
+        return "bad signature: the token was not signed with this service's secret" + hint
+    if isinstance(exc, jwt.ExpiredSignatureError):
+        return "token expired; mint a new one"
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        if exc.claim == "exp":
+            return "token has no exp claim: every token must expire; mint one with `agentsearch token` (which sets exp)"
+        return f"token has no {exc.claim} claim, which this service requires"
+    if isinstance(exc, jwt.InvalidAudienceError):
+        return "token audience (aud) does not match this service"
+    if isinstance(exc, jwt.InvalidIssuerError):
+        return "token issuer (iss) does not match this service's"
+    if isinstance(exc, jwt.ImmatureSignatureError):
+        return "token not valid yet: its nbf or iat lies in the future"
+    if isinstance(exc, jwt.exceptions.InvalidSubjectError):
+        return "invalid token: claim sub must be a non-empty string"
+    if isinstance(exc, jwt.InvalidIssuedAtError):
+        return "invalid token: claim iat must be a number (seconds since the epoch)"
+    if isinstance(exc, jwt.DecodeError):
+        return _decode_reason(token)
+    return "invalid token: its header or claims are not acceptable"
+
+
+def _decode_reason(token: str) -> str:
+    """A signed token whose payload PyJWT refused: not a JSON object, or a time claim not a number."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.InvalidTokenError:
+        return "malformed token: its payload is not a JSON object"
+    for claim in ("exp", "nbf", "iat"):
+        if claim in claims and (isinstance(claims[claim], bool) or not isinstance(claims[claim], int | float)):
+            return f"invalid token: claim {claim} must be a number (seconds since the epoch)"
+    return "malformed token: its payload could not be read"
+
+
+def _check_lifetime(claims: dict[str, Any], max_ttl_s: int) -> None:
+    """Refuse a token that lives longer than ``max_ttl_s``: from its ``iat`` when it has one, and from now."""
+    exp = float(claims["exp"])
+    iat = claims.get("iat")
+    if isinstance(iat, int | float) and not isinstance(iat, bool) and exp - float(iat) > max_ttl_s:
+        _refuse(f"token lifetime (exp - iat = {int(exp - float(iat))}s) is over this service's maximum of {max_ttl_s}s (jwt_max_ttl_s); mint a shorter-lived one")
+    if exp - time.time() > max_ttl_s:
+        _refuse(f"token expires more than {max_ttl_s}s from now, over this service's maximum lifetime (jwt_max_ttl_s); mint a shorter-lived one")
 
 
 def caller_from_claims(claims: dict[str, Any]) -> Caller:

@@ -18,9 +18,11 @@ from service.settings import Settings, load_settings
 
 def configure_logging(level: str) -> None:
     from service.middleware import RequestIdFilter
+    from service.redact import CredentialFilter
 
     handler = logging.StreamHandler()
     handler.addFilter(RequestIdFilter())
+    handler.addFilter(CredentialFilter())  # a safety net: call sites mask URLs themselves
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
@@ -38,6 +40,10 @@ def _settings(args: argparse.Namespace) -> Settings:
     extra_roots = tuple(Path(p).resolve() for p in getattr(args, "allow_root", None) or ())
     if extra_roots:
         settings = settings.with_overrides(allowed_roots=settings.allowed_roots + extra_roots)
+        if settings.single_tenant is None and settings.store_kind != "qdrant":
+            # `serve --allow-root DIR` on the embedded default is one developer's machine: every caller
+            # may register under DIR. AGENTSEARCH_SINGLE_TENANT=false says otherwise; the start log says which.
+            settings = settings.with_overrides(single_tenant=True)
     return settings
 
 
@@ -51,6 +57,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger(__name__).info(
         "starting agentsearch", extra={"store": settings.store_kind, "data_dir": str(settings.data_dir)}
     )
+    from service.code.roots import describe_bases
+
+    logging.getLogger(__name__).info("%s", describe_bases(settings), extra={"single_tenant": settings.is_single_tenant})
     web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None, access_log=None)
     return 0
 
@@ -60,13 +69,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level)
 
     async def run() -> None:
+        from service.engine.deployment import claim_for_workers
         from service.engine.runtime import open_engine
         from workers.settings import build_workers, run_workers
 
         engine = await open_engine(settings)
+        claim = None
         try:
+            claim = await claim_for_workers(engine)
             await run_workers(build_workers(engine, burst=args.burst, handle_signals=False, node_only=args.node_only))
         finally:
+            if claim is not None:
+                await claim.release()
             await engine.close()
 
     with contextlib.suppress(KeyboardInterrupt):
@@ -77,7 +91,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from service.migrate import run_reindex
 
-    return run_reindex(_settings(args), as_json=args.json, wait=not args.no_wait)
+    return run_reindex(_settings(args), as_json=args.json, wait=not args.no_wait, team_orgs=args.team_org or ())
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -86,16 +100,22 @@ def cmd_token(args: argparse.Namespace) -> int:
     settings = _settings(args)
     secret = settings.jwt_secret or load_or_create_secret(settings.data_dir)
     teams = tuple(t.strip() for t in (args.teams or "").split(",") if t.strip())
-    token = mint_token(
-        secret,
-        sub=args.sub,
-        org=args.org,
-        teams=teams,
-        plan=args.plan,
-        admin=args.admin,
-        ttl_s=args.ttl,
-        audience=settings.jwt_audience,
-    )
+    try:
+        token = mint_token(
+            secret,
+            sub=args.sub,
+            org=args.org,
+            teams=teams,
+            plan=args.plan,
+            admin=args.admin,
+            ttl_s=settings.jwt_max_ttl_s if args.ttl is None else args.ttl,
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+            max_ttl_s=settings.jwt_max_ttl_s,
+        )
+    except ValueError as exc:
+        print(f"agentsearch token: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         import jwt
 
@@ -129,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--data-dir")
     reindex.add_argument("--json", action="store_true", help="print the report as JSON")
     reindex.add_argument("--no-wait", action="store_true", help="with a running service: queue the job and return")
+    reindex.add_argument(
+        "--team-org",
+        action="append",
+        metavar="TEAM=ORG",
+        help="re-key records stored under the old team key team:TEAM to team:ORG/TEAM (repeat per team)",
+    )
     reindex.set_defaults(func=cmd_reindex)
 
     token = sub.add_parser("token", help="print a dev token signed with the data directory's secret")
@@ -138,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--teams", help="comma-separated team ids")
     token.add_argument("--plan", default="free", choices=["free", "standard", "pro", "max"])
     token.add_argument("--admin", action="store_true")
-    token.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="seconds until expiry (0: never)")
+    token.add_argument("--ttl", type=int, help="seconds until expiry (default and most: jwt_max_ttl_s, 30 days); every token expires")
     token.add_argument("--json", action="store_true", help="print the token and its claims as JSON")
     token.set_defaults(func=cmd_token)
 

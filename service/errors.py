@@ -13,6 +13,8 @@
     ├── NotFound                        404  not_found
     │   └── FragmentNotFound            404  fragment_not_found  (entity heading/line/file fragment)
     ├── Conflict                        409  conflict
+    │   ├── WorkspaceMissing            409  workspace_missing  (its root was deleted or replaced by a file)
+    │   └── WorkspaceBroken             409  workspace_broken   (its cache cannot be opened; delete it)
     ├── PayloadTooLarge                 413  payload_too_large
     ├── RateLimited                     429  rate_limited
     ├── DeadlineExceeded                504  deadline_exceeded
@@ -107,6 +109,14 @@ class FragmentNotFound(NotFound):
 class Conflict(AgentSearchError):
     status = 409
     code = "conflict"
+
+
+class WorkspaceMissing(Conflict):
+    code = "workspace_missing"
+
+
+class WorkspaceBroken(Conflict):
+    code = "workspace_broken"
 
 
 class PayloadTooLarge(AgentSearchError):

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+from redis.exceptions import AuthenticationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from service.engine.store import StoreError
+from service.redact import mask_text
 from service.state import ENGINE
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+log = logging.getLogger(__name__)
 
 REQUESTS = Counter("agentsearch_requests_total", "HTTP requests", ["route", "method", "status"])
 LATENCY = Histogram("agentsearch_request_seconds", "HTTP request latency", ["route"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20))
@@ -26,20 +37,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when Redis answers and the store counts; reports the model's state too."""
+    """Ready when Redis answers and the store counts; reports the model's state too.
+
+    Public, so each check says only which dependency is down and a short fixed cause (``down:
+    unreachable``): never exception text, URLs or paths. The details go to the log (masked).
+    """
     engine = request.app[ENGINE]
-    checks: dict[str, Any] = {}
-    try:
-        await engine.redis.ping()
-        checks["redis"] = "ok"
-    except Exception as exc:  # any failure means not ready; the message says which
-        checks["redis"] = f"down: {exc}"
-    try:
-        for index in engine.surfaces.values():
-            await engine.store.count(index.collection)
-        checks["store"] = f"ok ({engine.store.backend})"
-    except Exception as exc:
-        checks["store"] = f"down: {exc}"
+    checks: dict[str, Any] = {"redis": await _redis_check(engine), "store": await _store_check(engine)}
     default = engine.embedders.default
     checks["model"] = default.state if default is not None else "disabled"
     ready = checks["redis"] == "ok" and checks["store"].startswith("ok") and checks["model"] in {"ready", "disabled"}
@@ -48,6 +52,42 @@ async def readyz(request: web.Request) -> web.Response:
         status=200 if ready else 503,
         content_type="application/json",
     )
+
+
+async def _redis_check(engine: Engine) -> str:
+    try:
+        await engine.redis.ping()
+    except AuthenticationError as exc:
+        return _down("redis", "refused our credentials", exc)
+    except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as exc:
+        return _down("redis", "unreachable", exc)
+    except Exception as exc:  # any failure means not ready; the log has the detail
+        return _down("redis", "error", exc)
+    _LAST_CAUSE.pop("redis", None)
+    return "ok"
+
+
+async def _store_check(engine: Engine) -> str:
+    try:
+        for index in engine.surfaces.values():
+            await engine.store.count(index.collection)
+    except StoreError as exc:
+        return _down("store", "unavailable", exc)
+    except Exception as exc:  # a closed store raises whatever its engine raises
+        return _down("store", "not open", exc)
+    _LAST_CAUSE.pop("store", None)
+    return f"ok ({engine.store.backend})"
+
+
+# The cause each dependency was last reported down for: the log says so once per change, not per probe.
+_LAST_CAUSE: dict[str, str] = {}
+
+
+def _down(dependency: str, cause: str, exc: BaseException) -> str:
+    if _LAST_CAUSE.get(dependency) != cause:
+        _LAST_CAUSE[dependency] = cause
+        log.warning("readiness: %s is down (%s)", dependency, cause, extra={"dependency": dependency, "error": mask_text(f"{type(exc).__name__}: {exc}")})
+    return f"down: {cause}"
 
 
 @routes.get("/metrics")

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from service.auth import Caller, bearer_token, verify_token
+from service.auth import Caller, bearer_token, verify_token_for
 from service.engine.store import StoreFullError
 from service.errors import AgentSearchError, DeadlineExceeded, InsufficientStorage, NotFound, PayloadTooLarge
 from service.mcp.jsonrpc import http_error_response as mcp_error_response
@@ -112,7 +112,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if request.path.startswith("/v1/") or request.path == "/mcp":
         engine = request.app[ENGINE]
         token = bearer_token(request.headers.get("Authorization"))
-        request[CALLER_KEY] = verify_token(engine.jwt_secret, token, audience=engine.settings.jwt_audience)
+        request[CALLER_KEY] = verify_token_for(engine.settings, engine.jwt_secret, token)
     elif not request.path.startswith(PUBLIC_PREFIXES) and request.path != "/":
         raise NotFound(f"no route for {request.method} {request.path}")
     return await handler(request)

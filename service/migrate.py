@@ -13,6 +13,7 @@ import contextlib
 import sys
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -20,26 +21,36 @@ from arq.jobs import Job, JobStatus
 from redis.exceptions import RedisError
 
 from service.cli import configure_logging
+from service.engine.deployment import resolve_deployment
 from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.migrate import ReindexProgress, progress_key, reindex
 from service.engine.queue import JobQueue, QueueNames
 from service.engine.runtime import create_redis_client, open_engine
 from service.engine.store import StoreLockedError
+from service.engine.teams import parse_team_orgs, queue_team_orgs
+from service.redact import mask_text, mask_url
 from service.settings import Settings
 
 
-def run_reindex(settings: Settings, *, as_json: bool, wait: bool) -> int:
-    """Run the reindex here when this process can open the store; else hand it to the service holding it."""
+def run_reindex(settings: Settings, *, as_json: bool, wait: bool, team_orgs: Sequence[str] = ()) -> int:
+    """Run the reindex here when this process can open the store; else hand it to the service holding it.
+
+    ``team_orgs`` (``TEAM=ORG`` items) re-keys records under old team keys to their org's (``service.engine.teams``)."""
     configure_logging("WARNING" if settings.log_level.upper() == "INFO" else settings.log_level)
+    try:
+        mapping = parse_team_orgs(team_orgs)
+    except ValueError as exc:
+        print(f"agentsearch: {exc}", file=sys.stderr)
+        return 2
 
     async def run() -> int:
         try:
             engine = await open_engine(settings)
         except StoreLockedError as exc:
             print(f"agentsearch: {exc}; the running service does the reindex", file=sys.stderr)
-            return await _reindex_in_service(settings, as_json=as_json, wait=wait)
+            return await _reindex_in_service(settings, as_json=as_json, wait=wait, team_orgs=mapping)
         try:
-            report = await reindex(engine, progress=_ReindexPrinter())
+            report = await reindex(engine, progress=_ReindexPrinter(), team_orgs=mapping)
         except EmbeddingUnavailable as exc:
             print(f"agentsearch: the embeddings model cannot embed: {exc}", file=sys.stderr)
             return 2
@@ -53,14 +64,18 @@ def run_reindex(settings: Settings, *, as_json: bool, wait: bool) -> int:
     return 130
 
 
-async def _reindex_in_service(settings: Settings, *, as_json: bool, wait: bool) -> int:
+async def _reindex_in_service(settings: Settings, *, as_json: bool, wait: bool, team_orgs: Mapping[str, str]) -> int:
     """Queue the ``reindex`` job for the service's in-process worker and follow its progress in Redis."""
+    deployment = resolve_deployment(settings)  # the service's prefix and id: the same data directory
+    prefix = deployment.prefix
     redis = create_redis_client(settings.redis_url)
-    job_id = f"{settings.queue_prefix}:reindex:{uuid.uuid4().hex}"
+    job_id = f"{prefix}:reindex:{uuid.uuid4().hex}"
     try:
-        job = await JobQueue(redis, QueueNames(settings.queue_prefix)).enqueue("reindex", job_id=job_id, fast=True)
+        if team_orgs:
+            await queue_team_orgs(redis, prefix, team_orgs)  # the job takes it from there
+        job = await JobQueue(redis, QueueNames(prefix), deployment=deployment.id).enqueue("reindex", job_id=job_id, fast=True)
         if job is None:
-            print(f"agentsearch: could not queue the reindex job in Redis at {settings.redis_url}", file=sys.stderr)
+            print(f"agentsearch: could not queue the reindex job in Redis at {mask_url(settings.redis_url)}", file=sys.stderr)
             return 2
         print(f"agentsearch: queued reindex job {job_id}", file=sys.stderr)
         if not wait:
@@ -68,7 +83,7 @@ async def _reindex_in_service(settings: Settings, *, as_json: bool, wait: bool) 
         printer = _ReindexPrinter()
         while True:
             await asyncio.sleep(0.5)
-            raw = await redis.get(progress_key(settings.queue_prefix))
+            raw = await redis.get(progress_key(prefix))
             body = orjson.loads(raw) if raw else {}
             if body.get("job_id") == job_id:
                 if body.get("progress"):
@@ -82,7 +97,7 @@ async def _reindex_in_service(settings: Settings, *, as_json: bool, wait: bool) 
                     print(f"agentsearch: the reindex job failed: {info.result}", file=sys.stderr)
                     return 1
     except (RedisError, OSError) as exc:
-        print(f"agentsearch: Redis at {settings.redis_url} is unreachable: {exc}", file=sys.stderr)
+        print(f"agentsearch: Redis at {mask_url(settings.redis_url)} is unreachable: {mask_text(str(exc))}", file=sys.stderr)
         return 2
     finally:
         await redis.aclose(close_connection_pool=True)
@@ -116,3 +131,20 @@ def _print_reindex(report: dict[str, Any], *, as_json: bool) -> None:
         f"{report.get('filled', 0)} filled, {report.get('reconciled', 0)} reconciled){switched}; "
         f"serving {report.get('serving_model') or 'no model (lexical)'}"
     )
+    _print_teams(report.get("teams") or {})
+
+
+def _print_teams(teams: dict[str, Any]) -> None:
+    """What happened to old team keys, and which still wait for a ``--team-org``."""
+    if teams.get("by_team"):
+        print(
+            f"re-keyed {teams.get('migrated', 0)} team records ({teams.get('superseded', 0)} old copies dropped for a newer one): "
+            + ", ".join(f"{old} -> {new}" for old, new in sorted(teams["by_team"].items()))
+        )
+    unmapped = teams.get("unmapped") or {}
+    if unmapped:
+        named = ", ".join(f"{key} ({count})" for key, count in sorted(unmapped.items()))
+        print(
+            f"{sum(unmapped.values())} records under old team keys are visible to nobody: {named}; "
+            "map each team to its org with --team-org TEAM=ORG"
+        )

@@ -1,16 +1,33 @@
-"""Per-plan abuse rate limits (burst per minute and per day), kept in Redis.
+"""Per-plan abuse rate limits of the three search surfaces (per minute and per day), kept in Redis.
 
-Seed 000's ceilings: free 80/min and 1,000/day, standard 160/5,000, pro 200/10,000,
-max 240/25,000. Fixed windows keyed by user and window start. When Redis is unreachable the
-limit is not enforced (searches keep answering) and the decision says so.
+Catalog search has the published ceilings (free 80/min and 1,000/day, standard 160/5,000, pro
+200/10,000, max 240/25,000); code search and action search have their own buckets, with per-plan
+numbers from settings. An MCP tool call counts in the bucket of its HTTP surface.
+
+Each window is a sliding window kept as a few per-slot counters (a hash per caller, surface and
+window: slot -> "count:newest call in ms"). One Lua script reads both windows of a surface and
+records the call only when both allow it, so a refused call costs nothing and two front ends
+cannot both take the last call. A slot counts while its newest call is inside the window, so no
+span of one window's length ever holds more than the limit (there is no boundary at which a
+second burst opens), and a slot frees the instant its newest call leaves: ``Retry-After`` is that
+instant, never more than the window. Slots keep memory to at most 60 + 96 small fields per caller
+and surface (1 s slots for the minute, 15 min for the day) where an exact log would hold one entry
+per call (25,000 a day for the max plan). The clock is Redis's own, read inside the script, so
+front ends with skewed clocks, and calls overtaking each other on the way to Redis, share one
+timeline.
+
+When Redis is unreachable the limit is not enforced (searches keep answering) and a warning is
+logged.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -18,34 +35,125 @@ from redis.exceptions import RedisError
 from service.auth import Caller, Plan
 from service.errors import RateLimited
 
+if TYPE_CHECKING:
+    from service.settings import Settings
+
 log = logging.getLogger(__name__)
 
+PlanLimits = Mapping[Plan, tuple[int, int]]
+
+# Catalog search's published ceilings: (per minute, per day).
 PLAN_LIMITS: dict[Plan, tuple[int, int]] = {
     Plan.FREE: (80, 1_000),
     Plan.STANDARD: (160, 5_000),
     Plan.PRO: (200, 10_000),
     Plan.MAX: (240, 25_000),
 }
-_WINDOWS = (("minute", 60), ("day", 86_400))
+
+
+class Surface(StrEnum):
+    """A search surface with its own bucket; the value names it in keys and in ``rateLimit``."""
+
+    CATALOG = "catalog"
+    CODE = "code"
+    ACTIONS = "actions"
+
+    @property
+    def noun(self) -> str:
+        return {"catalog": "catalog searches", "code": "code searches", "actions": "action searches"}[self.value]
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str
+    seconds: int
+    slot_seconds: int
+
+
+WINDOWS = (Window("minute", 60, 1), Window("day", 86_400, 900))
+
+# KEYS: one hash per window. ARGV: now (ms; empty: Redis's own clock), then per window its length
+# (ms), slot width (ms) and limit. A slot's field is its index (now // slot width); its value "count:newest" (ms).
+# Returns {1} when the call is allowed and recorded, else {0, window number (1-based), wait ms}
+# for the window whose wait is longest: one more call needs every window to allow it.
+_CHECK_AND_RECORD = """
+local now = tonumber(ARGV[1])
+if now == nil then
+  local clock = redis.call('TIME')
+  now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+end
+local worst_window, worst_wait = 0, 0
+local slots = {}
+for w = 1, #KEYS do
+  local length = tonumber(ARGV[3 * w - 1])
+  local width = tonumber(ARGV[3 * w])
+  local limit = tonumber(ARGV[3 * w + 1])
+  local flat = redis.call('HGETALL', KEYS[w])
+  local live, used, newest_all = {}, 0, now
+  for i = 1, #flat, 2 do
+    local count, newest = string.match(flat[i + 1], '^(%d+):(%d+)$')
+    count, newest = tonumber(count), tonumber(newest)
+    if count == nil or newest + length <= now then
+      redis.call('HDEL', KEYS[w], flat[i])
+    else
+      live[#live + 1] = {tonumber(flat[i]), count, newest, flat[i + 1]}
+      used = used + count
+      if newest > newest_all then newest_all = newest end
+    end
+  end
+  if used >= limit then
+    table.sort(live, function(a, b) return a[1] < b[1] end)
+    local freed, wait = 0, 0
+    for _, slot in ipairs(live) do
+      freed = freed + slot[2]
+      wait = slot[3] + length - now
+      if used - freed <= limit - 1 then break end
+    end
+    if wait > worst_wait then worst_window, worst_wait = w, wait end
+  end
+  slots[w] = {math.floor(now / width), newest_all + length - now}
+end
+if worst_window > 0 then
+  return {0, worst_window, worst_wait}
+end
+for w = 1, #KEYS do
+  local field = tostring(slots[w][1])
+  local value = redis.call('HGET', KEYS[w], field)
+  local count, newest = 0, now
+  if value then
+    local c, n = string.match(value, '^(%d+):(%d+)$')
+    count, newest = tonumber(c) or 0, math.max(tonumber(n) or now, now)
+  end
+  redis.call('HSET', KEYS[w], field, string.format('%d:%d', count + 1, newest))
+  redis.call('PEXPIRE', KEYS[w], math.ceil(slots[w][2]))
+end
+return {1}
+"""
 
 
 @dataclass(frozen=True)
 class RateLimitExceeded:
-    """Which window tripped and when it resets; rendered as seed 000's ``rateLimit`` object."""
+    """Which surface and window refused, and when one more call will be allowed; rendered as the
+    answers' ``rateLimit`` object and the ``Retry-After`` header."""
 
     plan: Plan
     window: str
     limit: int
     retry_after_s: int
+    surface: Surface = Surface.CATALOG
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "code": "rate_limited",
             "plan": self.plan.value,
+            "surface": self.surface.value,
             "window": self.window,
             "limit": self.limit,
             "retryAfterSeconds": self.retry_after_s,
-            "message": f"{self.plan.value} plan allows {self.limit} searches per {self.window}; retry in {self.retry_after_s}s",
+            "message": (
+                f"{self.plan.value} plan allows {self.limit} {self.surface.noun} per {self.window}; "
+                f"retry in {self.retry_after_s}s"
+            ),
         }
 
     def error(self) -> RateLimited:
@@ -56,32 +164,65 @@ class RateLimitExceeded:
         )
 
 
+def limits_from_settings(settings: Settings) -> dict[Surface, PlanLimits]:
+    """Each surface's per-plan (per minute, per day) ceilings: the published ones for catalog search, the
+    settings' for code and action search."""
+
+    def by_plan(rows: tuple[tuple[str, int, int], ...]) -> dict[Plan, tuple[int, int]]:
+        return {**PLAN_LIMITS, **{Plan(plan): (per_minute, per_day) for plan, per_minute, per_day in rows}}
+
+    return {
+        Surface.CATALOG: PLAN_LIMITS,
+        Surface.CODE: by_plan(settings.code_search_rate_limits),
+        Surface.ACTIONS: by_plan(settings.action_search_rate_limits),
+    }
+
+
 class RateLimiter:
-    def __init__(self, redis: Redis, prefix: str, *, enabled: bool = True) -> None:
+    """Counts allowed searches per caller and surface; refused ones are not counted."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        prefix: str,
+        *,
+        enabled: bool = True,
+        limits: Mapping[Surface, PlanLimits] | None = None,
+    ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._enabled = enabled
+        self._limits: Mapping[Surface, PlanLimits] = limits or {surface: PLAN_LIMITS for surface in Surface}
+        self._script = redis.register_script(_CHECK_AND_RECORD)
 
-    async def check(self, caller: Caller, now: float | None = None) -> RateLimitExceeded | None:
-        """Count one search for ``caller``; the exceeded window, or None when allowed."""
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> RateLimiter:
+        return cls(redis, settings.queue_prefix, enabled=settings.rate_limits_enabled, limits=limits_from_settings(settings))
+
+    def limits(self, surface: Surface, plan: Plan) -> tuple[int, int]:
+        """(per minute, per day) of ``plan`` on ``surface``."""
+        return self._limits[surface][plan]
+
+    def key(self, caller: Caller, surface: Surface, window: Window) -> str:
+        return f"{self._prefix}:ratelimit:{surface.value}:{caller.sub}:{window.name}"
+
+    async def check(self, caller: Caller, surface: Surface, now: float | None = None) -> RateLimitExceeded | None:
+        """Count one ``surface`` search for ``caller`` if every window allows it; else the window
+        whose wait is longest (nothing counted). The clock is Redis's: one clock for every front end,
+        read in the order the calls are counted. ``now`` (epoch seconds) replaces it in tests."""
         if not self._enabled:
             return None
-        now = time.time() if now is None else now
-        limits = dict(zip(("minute", "day"), PLAN_LIMITS[caller.plan], strict=True))
-        keys = []
+        limits = dict(zip((w.name for w in WINDOWS), self.limits(surface, caller.plan), strict=True))
+        args: list[int | str] = ["" if now is None else int(now * 1000)]
+        for window in WINDOWS:
+            args.extend((window.seconds * 1000, window.slot_seconds * 1000, limits[window.name]))
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for window, seconds in _WINDOWS:
-                    start = int(now // seconds) * seconds
-                    key = f"{self._prefix}:ratelimit:{caller.sub}:{window}:{start}"
-                    keys.append((window, seconds, start))
-                    pipe.incr(key)
-                    pipe.expire(key, seconds + 5)
-                results = await pipe.execute()
+            result = await self._script(keys=[self.key(caller, surface, w) for w in WINDOWS], args=args)
         except (RedisError, OSError) as exc:
-            log.warning("rate limit not enforced: Redis unreachable", extra={"error": str(exc)})
+            log.warning("rate limit not enforced: Redis unreachable", extra={"error": str(exc), "surface": surface.value})
             return None
-        for (window, seconds, start), count in zip(keys, results[0::2], strict=True):
-            if int(count) > limits[window]:
-                return RateLimitExceeded(caller.plan, window, limits[window], max(1, int(start + seconds - now)))
-        return None
+        if int(result[0]) == 1:
+            return None
+        window = WINDOWS[int(result[1]) - 1]
+        wait_s = max(1, math.ceil(int(result[2]) / 1000))
+        return RateLimitExceeded(caller.plan, window.name, limits[window.name], wait_s, surface)

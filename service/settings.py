@@ -18,8 +18,11 @@ from typing import Any
 import yaml
 
 from service.errors import SettingsError
+from service.redact import mask_url
 
 DEFAULT_MODEL = "local/all-MiniLM-L6-v2"
+# The prefix of a cluster (``QDRANT_URL``) unless set; the embedded store derives its own from it.
+DEFAULT_QUEUE_PREFIX = "agentsearch"
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     redis_url: str = "redis://127.0.0.1:6379/0"
-    queue_prefix: str = "agentsearch"
+    queue_prefix: str = ""
+    """Empty: derived per deployment at open (``service.engine.deployment.resolve_deployment``)."""
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
     qdrant_path: Path | None = None
@@ -48,6 +52,8 @@ class Settings:
     qdrant_write_consistency_factor: int = 1
     jwt_secret: str | None = None
     jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    jwt_max_ttl_s: int = 30 * 24 * 3600
     embeddings_model: str | None = DEFAULT_MODEL
     embeddings_dimensions: int | None = None
     embeddings_timeout_s: float = 5.0
@@ -55,6 +61,9 @@ class Settings:
     query_cache_size: int = 2048
     providers: tuple[ProviderSettings, ...] = ()
     allowed_roots: tuple[Path, ...] = ()
+    single_tenant: bool | None = None
+    max_workspaces_per_user: int = 100
+    workspace_registrations_per_minute: int = 30
     skip_dirs: tuple[str, ...] = ()
     prewarm_embeddings: bool = False
     index_dir: Path | None = None
@@ -72,6 +81,9 @@ class Settings:
     worker_health_check_s: float = 30.0
     sweep_interval_s: int = 60
     rate_limits_enabled: bool = True
+    code_search_rate_limits: tuple[tuple[str, int, int], ...] = ()
+    action_search_rate_limits: tuple[tuple[str, int, int], ...] = ()
+    runtime_name: str = "kody"
     log_level: str = "INFO"
     node_id: str | None = None
     workspace_nodes: tuple[str, ...] = ()
@@ -83,6 +95,12 @@ class Settings:
         if self.qdrant_url:
             return "qdrant"
         return "qdrant-local" if self.qdrant_path else "edge"
+
+    @property
+    def is_single_tenant(self) -> bool:
+        """Whether every caller may register under a plain allowed base (one team's deployment);
+        unset is multi-tenant: plain bases are for admins, callers use ``{user}``/``{org}``/``{team}`` bases."""
+        return bool(self.single_tenant)
 
     @property
     def runs_worker_in_process(self) -> bool:
@@ -145,6 +163,26 @@ def _parse_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.replace(os.pathsep, ",").split(",") if item.strip())
 
 
+_PLANS = ("free", "standard", "pro", "max")
+
+
+def _parse_plan_rate_limits(text: str) -> tuple[tuple[str, int, int], ...]:
+    """``free=80/1000,pro=200/10000``: searches per minute / per day of each plan named (the plans
+    not named keep catalog search's ceilings), as (plan, per minute, per day) in plan order."""
+    rows: dict[str, tuple[int, int]] = {}
+    for item in _parse_list(text):
+        plan, equals, numbers = (part.strip() for part in item.partition("="))
+        per_minute, slash, per_day = numbers.partition("/")
+        if plan not in _PLANS or not equals or not slash or not per_minute.strip().isdigit() or not per_day.strip().isdigit():
+            raise ValueError(f"{item!r} is not plan=per_minute/per_day with plan one of {', '.join(_PLANS)} (e.g. free=80/1000)")
+        if plan in rows:
+            raise ValueError(f"plan {plan} is named twice")
+        if int(per_minute) < 1 or int(per_day) < 1:
+            raise ValueError(f"{item!r}: each ceiling must be at least 1")
+        rows[plan] = (int(per_minute), int(per_day))
+    return tuple((plan, *rows[plan]) for plan in _PLANS if plan in rows)
+
+
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return lambda text: None if text.strip().lower() in {"", "none", "off"} else parse(text)
 
@@ -160,12 +198,17 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "qdrant_write_consistency_factor": int,
     "jwt_secret": _optional(str),
     "jwt_audience": _optional(str),
+    "jwt_issuer": _optional(str),
+    "jwt_max_ttl_s": int,
     "embeddings_model": _optional(str),
     "embeddings_dimensions": _optional(int),
     "embeddings_timeout_s": float,
     "embeddings_batch_size": int,
     "query_cache_size": int,
     "allowed_roots": lambda text: tuple(Path(p) for p in _parse_list(text)),
+    "single_tenant": _parse_optional_bool,
+    "max_workspaces_per_user": int,
+    "workspace_registrations_per_minute": int,
     "skip_dirs": _parse_list,
     "prewarm_embeddings": _parse_bool,
     "index_dir": _optional(lambda text: Path(text).expanduser()),
@@ -183,6 +226,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "worker_health_check_s": float,
     "sweep_interval_s": int,
     "rate_limits_enabled": _parse_bool,
+    "code_search_rate_limits": _parse_plan_rate_limits,
+    "action_search_rate_limits": _parse_plan_rate_limits,
     "node_id": _optional(str),
     "workspace_nodes": _parse_list,
 }
@@ -317,11 +362,14 @@ def validate(settings: Settings) -> Settings:
         "client_max_size": settings.client_max_size,
         "rerank_budget_s": settings.rerank_budget_s,
         "job_timeout_s": settings.job_timeout_s,
+        "jwt_max_ttl_s": settings.jwt_max_ttl_s,
         "worker_health_check_s": settings.worker_health_check_s,
         "sweep_interval_s": settings.sweep_interval_s,
         "qdrant_shard_number": settings.qdrant_shard_number,
         "qdrant_replication_factor": settings.qdrant_replication_factor,
         "qdrant_write_consistency_factor": settings.qdrant_write_consistency_factor,
+        "max_workspaces_per_user": settings.max_workspaces_per_user,
+        "workspace_registrations_per_minute": settings.workspace_registrations_per_minute,
     }
     for name, value in positive.items():
         if value <= 0:
@@ -329,9 +377,9 @@ def validate(settings: Settings) -> Settings:
     if settings.revalidate_interval_s < 0:
         fail("revalidate_interval_s", "must not be negative")
     if not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
-        fail("redis_url", f"{settings.redis_url!r} is not a redis:// URL")
+        fail("redis_url", f"{mask_url(settings.redis_url)!r} is not a redis:// URL")
     if settings.qdrant_url and not settings.qdrant_url.startswith(("http://", "https://")):
-        fail("qdrant_url", f"{settings.qdrant_url!r} is not an http(s):// URL")
+        fail("qdrant_url", f"{mask_url(settings.qdrant_url)!r} is not an http(s):// URL")
     if settings.qdrant_url and settings.qdrant_path:
         fail("qdrant_path", "set either QDRANT_URL (a server) or AGENTSEARCH_QDRANT_PATH (local mode), not both")
     if settings.qdrant_url and not settings.jwt_secret:
@@ -340,6 +388,8 @@ def validate(settings: Settings) -> Settings:
         fail("rerank_enabled", "needs rerank_url or rerank_model_dir")
     if settings.rerank_model_dir is not None and not settings.rerank_model_dir.is_dir():
         fail("rerank_model_dir", f"{settings.rerank_model_dir} is not a directory")
+    if not re.fullmatch(r"[A-Za-z_$][A-Za-z0-9_$]{0,63}", settings.runtime_name):
+        fail("runtime_name", f"{settings.runtime_name!r} must be a JavaScript identifier (letters, digits, '_' or '$', 1-64)")
     if settings.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         fail("log_level", "must be DEBUG, INFO, WARNING or ERROR")
     if settings.node_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,126}", settings.node_id):
@@ -357,7 +407,32 @@ def validate(settings: Settings) -> Settings:
             "list it there, or unset the node id on a process that holds no workspaces",
         )
     for root in settings.allowed_roots:
-        if not root.is_dir():
-            fail("allowed_roots", f"{root} is not a directory")
+        problem = allowed_root_problem(root)
+        if problem:
+            fail("allowed_roots", problem)
     return settings
+
+
+# A path segment of an allowed base that names its owner, expanded per caller (service.code.roots).
+ROOT_PLACEHOLDERS = ("{user}", "{org}", "{team}")
+
+
+def allowed_root_problem(base: Path) -> str | None:
+    """Why an allowed base cannot work (None: it can). A placeholder is a whole path segment, a
+    ``{team}`` base names its ``{org}`` first (a team belongs to its org), and the part before the
+    first placeholder must be an existing directory."""
+    parts = base.parts
+    templated = [i for i, part in enumerate(parts) if "{" in part or "}" in part]
+    for i in templated:
+        if parts[i] not in ROOT_PLACEHOLDERS:
+            return f"{base}: {parts[i]!r} is not a placeholder; a segment is exactly one of {', '.join(ROOT_PLACEHOLDERS)}"
+    names = [parts[i] for i in templated]
+    if len(set(names)) != len(names):
+        return f"{base}: a placeholder appears twice"
+    if "{team}" in names and ("{org}" not in names or names.index("{org}") > names.index("{team}")):
+        return f"{base}: a {{team}} base must name {{org}} before it (a team belongs to its org), e.g. /srv/ws/{{org}}/{{team}}"
+    static = Path(*parts[: templated[0]]) if templated else base
+    if not static.is_dir():
+        return f"{static} is not a directory"
+    return None
 

@@ -35,6 +35,9 @@ class SurfaceDef:
     """arq job name -> (coroutine taking ``ctx`` first, runs on the fast queue)."""
     analyzed_fields: tuple[str, ...] = ()
     """Payload fields besides ``terms`` that hold analyzer output (``reindex`` upgrades them)."""
+    bulk_embedding: bool = False
+    """Its records arrive in bulk (workspace chunks): their embed jobs go to the bulk queue, behind
+    which no interactive write's embedding waits."""
 
 
 def surfaces() -> list[SurfaceDef]:
@@ -44,7 +47,7 @@ def surfaces() -> list[SurfaceDef]:
 async def register_surfaces(engine: Engine) -> None:
     """Create (or open) every surface's collection on ``engine`` and run its start-up hook."""
     for surface in surfaces():
-        await engine.register(surface.name, surface.spec, surface.analyzed_fields)
+        await engine.register(surface.name, surface.spec, surface.analyzed_fields, bulk=surface.bulk_embedding)
         if surface.on_open is not None:
             await surface.on_open(engine)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +12,9 @@ from aiohttp import web
 from service.errors import InvalidJSON, PayloadTooLarge, ValidationError
 
 _MISSING = object()
+# max_length of a field that only the request body's size (client_max_size) bounds: a search query
+# over its searched bound is cut, not refused (see ``bounded_text``).
+BODY_BOUNDED = sys.maxsize
 # The accessors below are named after the JSON types they read, which shadows the builtins in the class body.
 _Str = str
 _Int = int
@@ -85,6 +89,18 @@ class Fields:
             raise ValidationError(f"{self._path(name)} must be between {minimum} and {maximum}, got {value}")
         return float(value)
 
+    def clamped_int(self, name: _Str, *, default: Any = None, minimum: _Int, maximum: _Int) -> tuple[Any, _Str | None]:
+        """An integer of at least ``minimum`` and the notice to show: one over ``maximum`` becomes
+        ``maximum`` (a caller asking for too much gets the most there is, not a refusal)."""
+        value = self.int(name)
+        if value is None:
+            return default, None
+        if value < minimum:
+            raise ValidationError(f"{self._path(name)} must be between {minimum} and {maximum}, got {value}")
+        if value > maximum:
+            return maximum, f"{self._path(name)} is over its maximum of {maximum}; answered with {maximum}."
+        return value, None
+
     def bool(self, name: _Str, *, default: _Bool = False) -> _Bool:
         value = self._get(name, False)
         if value is _MISSING:
@@ -134,6 +150,33 @@ class Fields:
                 f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} in {self.where}; "
                 f"allowed: {', '.join(sorted(known))}"
             )
+
+
+def word_prefix(text: str, max_chars: int) -> str:
+    """``text`` itself, or its longest prefix of at most ``max_chars`` that ends at a word boundary
+    (trailing space dropped). A first word longer than half the bound is cut inside it instead, so a
+    text without spaces (a URL, CJK) still keeps most of the bound."""
+    if len(text) <= max_chars:
+        return text
+    head = text[: max_chars + 1]  # the character after the bound tells whether the cut ends a word
+    boundary = next((i for i in range(max_chars, 0, -1) if head[i].isspace()), 0)
+    cut = head[:boundary] if boundary * 2 >= max_chars else head[:max_chars]
+    return cut.rstrip()
+
+
+def bounded_text(value: str, max_chars: int, name: _Str = "query") -> tuple[str, _Str | None]:
+    """``value`` cut to ``word_prefix`` and the notice saying so (None when nothing but surrounding
+    space was dropped)."""
+    if len(value) <= max_chars:
+        return value, None
+    words = value.strip()
+    prefix = word_prefix(words, max_chars)
+    if prefix == words:
+        return words, None
+    return prefix, (
+        f"{name} is {len(value):,} characters; only its first {len(prefix):,} were searched (the bound is "
+        f"{max_chars:,}, cut at a word boundary). Put the words that matter first, or search in parts."
+    )
 
 
 def _type_name(value: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -50,6 +51,7 @@ def settings(tmp_path: Path, redis_prefix: str) -> Settings:
         queue_prefix=redis_prefix,
         jwt_secret=TEST_SECRET,
         allowed_roots=(workspaces,),
+        single_tenant=True,  # many tests register under this plain base as non-admin users; multi-tenant tests say so
         sweep_interval_s=5,
         worker_health_check_s=5,
         job_timeout_s=60,
@@ -106,3 +108,16 @@ async def wait_until(predicate: Callable[[], Any], timeout_s: float = 60.0, inte
 
 def with_settings(settings: Settings, **changes: Any) -> Settings:
     return replace(settings, **changes)
+
+
+def reindex_in_process(settings: Settings, **kwargs: Any) -> int:
+    """``agentsearch reindex`` in this process; the logging it configures for its own run is undone after."""
+    from service.migrate import run_reindex
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        return run_reindex(settings, as_json=False, wait=True, **kwargs)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)

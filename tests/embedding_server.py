@@ -31,7 +31,8 @@ def embedding_data(texts: list[str], dimensions: int = DIMENSIONS) -> list[dict[
 
 
 def embeddings_app() -> web.Application:
-    """``POST /v1/embeddings``; logs each request body in ``app[CALLS]``; answers 500 while ``app[FAILING]["on"]``."""
+    """``POST /v1/embeddings``; vectors of the requested ``dimensions`` (default ``DIMENSIONS``); logs
+    each request body in ``app[CALLS]``; answers 500 while ``app[FAILING]["on"]``."""
     app = web.Application()
     app[CALLS] = []
     app[FAILING] = {"on": False}
@@ -41,7 +42,11 @@ def embeddings_app() -> web.Application:
         request.app[CALLS].append(body)
         if request.app[FAILING]["on"]:
             return web.json_response({"error": {"message": "overloaded"}}, status=500)
-        return web.json_response({"object": "list", "data": embedding_data(body["input"]), "model": body["model"]})
+        # As OpenAI's text-embedding-3 models do: "dimensions" asks for vectors of that size.
+        dimensions = body.get("dimensions", DIMENSIONS)
+        if not isinstance(dimensions, int) or isinstance(dimensions, bool) or not 1 <= dimensions <= 4096:
+            return web.json_response({"error": {"message": "dimensions must be an integer from 1 to 4096"}}, status=400)
+        return web.json_response({"object": "list", "data": embedding_data(body["input"], dimensions), "model": body["model"]})
 
     app.router.add_post("/v1/embeddings", handler)
     return app

@@ -225,17 +225,20 @@ def test_healthcheck_asks_healthz_on_the_configured_port(healthz_port: int) -> N
     assert healthcheck.main(["bogus"], {}) == 2
 
 
-async def test_worker_healthcheck_reads_arqs_health_keys_of_both_queues(redis_prefix: str) -> None:
+async def test_worker_healthcheck_reads_arqs_health_keys_of_every_queue(redis_prefix: str) -> None:
     env = {"REDIS_URL": REDIS_URL, "AGENTSEARCH_QUEUE_PREFIX": redis_prefix}
-    embed_key, fast_key = healthcheck.worker_health_keys(redis_prefix)
+    embed_key, bulk_key, fast_key = healthcheck.worker_health_keys(redis_prefix)
     client = aioredis.from_url(REDIS_URL)
     try:
         assert healthcheck.main(["worker"], env) == 1
         await client.set(embed_key, b"alive", px=60_000)
+        await client.set(bulk_key, b"alive", px=60_000)
         assert "fast:health-check" in (healthcheck.check_worker(env) or "")
         await client.set(fast_key, b"alive", px=60_000)
         assert healthcheck.main(["worker"], env) == 0
+        await client.delete(bulk_key)
+        assert "bulk:health-check" in (healthcheck.check_worker(env) or "")
     finally:
-        await client.delete(embed_key, fast_key)
+        await client.delete(embed_key, bulk_key, fast_key)
         await client.aclose()
     assert healthcheck.main(["worker"], {"REDIS_URL": "redis://127.0.0.1:1/0"}) == 1

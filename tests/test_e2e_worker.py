@@ -59,6 +59,7 @@ def environment(settings: Settings, store: str) -> dict[str, str]:
         "AGENTSEARCH_QUEUE_PREFIX": settings.queue_prefix,
         "AGENTSEARCH_JWT_SECRET": TEST_SECRET,
         "AGENTSEARCH_ALLOWED_ROOTS": str(settings.allowed_roots[0]),
+        "AGENTSEARCH_SINGLE_TENANT": "true",
         "AGENTSEARCH_WORKER_IN_PROCESS": "false",
         "AGENTSEARCH_RATE_LIMITS_ENABLED": "false",
     }

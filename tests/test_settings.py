@@ -54,12 +54,37 @@ def test_prewarm_without_model_is_refused_with_the_seed_reason() -> None:
         ({"AGENTSEARCH_REQUEST_DEADLINE_S": "0"}, "AGENTSEARCH_REQUEST_DEADLINE_S"),
         ({"AGENTSEARCH_RERANK_ENABLED": "maybe"}, "AGENTSEARCH_RERANK_ENABLED"),
         ({"AGENTSEARCH_ALLOWED_ROOTS": "/definitely/not/here"}, "allowed_roots"),
+        ({"AGENTSEARCH_ALLOWED_ROOTS": "/tmp/{usr}"}, "is not a placeholder"),
+        ({"AGENTSEARCH_ALLOWED_ROOTS": "/tmp/u-{user}"}, "is not a placeholder"),
+        ({"AGENTSEARCH_ALLOWED_ROOTS": "/tmp/{team}"}, "must name {org} before it"),
+        ({"AGENTSEARCH_ALLOWED_ROOTS": "/definitely/not/here/{user}"}, "/definitely/not/here is not a directory"),
+        ({"AGENTSEARCH_SINGLE_TENANT": "maybe"}, "AGENTSEARCH_SINGLE_TENANT"),
+        ({"AGENTSEARCH_MAX_WORKSPACES_PER_USER": "0"}, "AGENTSEARCH_MAX_WORKSPACES_PER_USER"),
     ],
 )
 def test_bad_settings_fail_naming_the_setting(env: dict[str, str], named: str) -> None:
     with pytest.raises(SettingsError) as info:
         load_settings(env)
     assert named in str(info.value)
+
+
+def test_templated_bases_and_the_tenancy_mode(tmp_path: Path) -> None:
+    settings = load_settings({"AGENTSEARCH_ALLOWED_ROOTS": f"{tmp_path}/{{user}},{tmp_path}/{{org}}/{{team}}"})
+    assert settings.allowed_roots == (tmp_path / "{user}", tmp_path / "{org}" / "{team}")
+    assert settings.single_tenant is None and settings.is_single_tenant is False, "multi-tenant unless declared"
+    assert load_settings({"AGENTSEARCH_SINGLE_TENANT": "true"}).is_single_tenant is True
+
+
+def test_serve_allow_root_on_the_embedded_default_is_one_developers_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.cli import _settings, build_parser
+
+    args = build_parser().parse_args(["serve", "--data-dir", str(tmp_path / "data"), "--allow-root", str(tmp_path)])
+    assert _settings(args).is_single_tenant is True
+    monkeypatch.setenv("AGENTSEARCH_SINGLE_TENANT", "false")
+    assert _settings(args).is_single_tenant is False, "an explicit setting wins"
+    monkeypatch.delenv("AGENTSEARCH_SINGLE_TENANT")
+    without = build_parser().parse_args(["serve", "--data-dir", str(tmp_path / "data")])
+    assert _settings(without).is_single_tenant is False
 
 
 def test_openai_compatible_provider_from_environment() -> None:

@@ -1,28 +1,37 @@
 """arq worker settings: a worker per queue, sharing the engine of the process.
 
-``embed`` runs batch embedding one job at a time (the model saturates the CPU); ``fast`` runs
-warm-ups, reindex slices and the sweeper cron. With ``workspace_nodes`` set, a third worker,
+``embed`` runs the embedding of interactive writes one job at a time (the model saturates the
+CPU); ``bulk`` runs bulk embedding (workspace chunks) one job at a time beside it, so a write's
+embedding waits at most for one slice of a bulk batch, never behind the bulk backlog; ``fast`` runs
+warm-ups, reindex slices and the sweeper cron. With ``workspace_nodes`` set, a fourth worker,
 ``node``, runs the workspace jobs of this node's queue (``QueueNames.node``): only a process on
 the node holding the workspace's files can index them, so a process whose node name is not in
 the list (an ordinary front end or worker) runs none. JSON serializer, a 30 s health check and
 short job timeouts, so a crashed worker's job re-runs soon (after its timeout + 10 s).
+
+Every job runs behind ``own_jobs_only``: a job another deployment enqueued (its ``deployment``
+argument names another id: two deployments were given one prefix) is refused and put back for its
+own workers, never run here and never reported as done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from arq import Worker, cron
+from arq import Retry, Worker, cron
+from arq.typing import WorkerCoroutine
 from arq.utils import to_unix_ms
 from arq.worker import func
 from redis.exceptions import RedisError
 
 from service.admin.history import JobRecorder
 from service.engine.embeddings import EmbeddingUnavailable
-from service.engine.queue import deserialize, serialize
+from service.engine.queue import DEPLOYMENT_KWARG, deserialize, serialize
 from service.engine.runtime import Engine, create_redis_client
 from service.errors import SettingsError
 from service.settings import Settings, env_name
@@ -79,9 +88,40 @@ class RecordingWorker(Worker):
         await super().run_cron(n, delay, num_windows)
 
 
+class ForeignJob(Exception):
+    """A job of another deployment, refused on its last try: it ends failed, never done."""
+
+
+def own_jobs_only(name: str, coroutine: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
+    """``coroutine`` behind the deployment check: a job tagged with another deployment's id is
+    refused (an error in the log, a retry so its own workers may take it, a failure on the last
+    try). A job without a tag (queued before jobs carried one, or arq's cron runs) runs."""
+
+    @functools.wraps(coroutine)
+    async def run(ctx: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        owner = kwargs.pop(DEPLOYMENT_KWARG, None)
+        own = ctx["engine"].queue.deployment
+        if owner is not None and owner != own:
+            tries = int(ctx.get("job_try", 1))
+            log.error(
+                "refused a job of another deployment on this prefix; it is not run here",
+                extra={"function": name, "job_id": ctx.get("job_id"), "job_deployment": owner, "deployment": own, "try": tries},
+            )
+            if tries >= MAX_TRIES:
+                raise ForeignJob(f"job of deployment {owner!r} refused by a worker of deployment {own!r}: two deployments share one queue prefix")
+            raise Retry(defer=_refused_backoff_s(tries))
+        return await coroutine(ctx, *args, **kwargs)
+
+    return run
+
+
+def _refused_backoff_s(tries: int) -> int:
+    return min(5 * 2 ** (tries - 1), 60)
+
+
 def _functions(fast: bool, timeout_s: float, *, only: frozenset[str] | None = None) -> list[Any]:
     return [
-        func(coroutine, name=name, timeout=timeout_s, max_tries=MAX_TRIES_BY_JOB.get(name, MAX_TRIES))
+        func(own_jobs_only(name, coroutine), name=name, timeout=timeout_s, max_tries=MAX_TRIES_BY_JOB.get(name, MAX_TRIES))
         for name, (coroutine, on_fast_queue) in sorted(job_table().items())
         if (on_fast_queue is fast if only is None else name in only)
     ]
@@ -118,8 +158,8 @@ def _common(engine: Engine, *, burst: bool, handle_signals: bool) -> dict[str, A
 
 
 def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool = False, node_only: bool = False) -> list[Worker]:
-    """The embed and fast workers over ``engine``'s Redis, with the sweeper cron on the fast one, and
-    the node worker when this process is one of the workspace nodes (``node_only``: that one alone)."""
+    """The embed, bulk and fast workers over ``engine``'s Redis, with the sweeper cron on the fast one,
+    and the node worker when this process is one of the workspace nodes (``node_only``: that one alone)."""
     settings = engine.settings
     node_worker = _node_worker(engine, burst=burst, handle_signals=handle_signals)
     if node_only:
@@ -153,6 +193,15 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         max_jobs=1,
         **common,
     )
+    # Bulk embedding has a worker of its own: interactive embed jobs never queue behind its backlog.
+    bulk_worker = RecordingWorker(
+        redis_pool=create_redis_client(settings.redis_url),
+        functions=_functions(False, settings.job_timeout_s),
+        queue_name=engine.queue.names.bulk,
+        on_startup=_load_default_model,
+        max_jobs=1,
+        **common,
+    )
     fast_worker = RecordingWorker(
         job_id_prefix=settings.queue_prefix,
         redis_pool=create_redis_client(settings.redis_url),
@@ -162,7 +211,7 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
         max_jobs=4,
         **common,
     )
-    workers: list[Worker] = [embed_worker, fast_worker]
+    workers: list[Worker] = [embed_worker, bulk_worker, fast_worker]
     return workers + ([node_worker] if node_worker is not None else [])
 
 

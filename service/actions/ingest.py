@@ -6,8 +6,8 @@ background. A template write diffs against the catalog as stored: only new or ch
 written (and only those whose embed text changed are re-embedded), actions gone from the template
 are deleted, and the template's meta point is written last, marking the template complete.
 
-Instances: one meta point each, under the owner's tenant (``global``, ``org:<id>``, ``team:<id>``,
-``user:<sub>``), keyed by tenant and name, so a re-PUT replaces it.
+Instances: one meta point each, under the owner's tenant (``global``, ``org:<id>``,
+``team:<org>/<team>``, ``user:<sub>``), keyed by tenant and name, so a re-PUT replaces it.
 """
 
 from __future__ import annotations
@@ -185,6 +185,7 @@ def instance_payload(instance: InstanceDef, updated_at: float) -> dict[str, Any]
     }
     optional = {
         "owner": instance.owner,
+        "org": instance.org,
         "provider": instance.auth.provider,
         "secret_name": instance.auth.secret_name,
         "account_email": instance.account_email,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from service.auth import GLOBAL_TENANT
+from service.auth import GLOBAL_TENANT, team_tenant
 from service.engine.records import collection_spec
 from service.engine.store import CollectionSpec
 
@@ -100,7 +100,8 @@ class InstanceAuth:
 
 @dataclass(frozen=True)
 class InstanceDef:
-    """A configured instance of a template, owned by one tenant (``tenant`` is derived from tier + owner)."""
+    """A configured instance of a template, owned by one tenant (``tenant`` is derived from tier, owner
+    and, for a team, the team's org)."""
 
     name: str
     template: str
@@ -109,10 +110,12 @@ class InstanceDef:
     auth: InstanceAuth
     account_email: str | None = None
     connected: bool = True
+    org: str | None = None
+    """The org of a team instance's team (a team belongs to its org); None for the other tiers."""
 
     @property
     def tenant(self) -> str:
-        return tenant_of(self.tier, self.owner)
+        return tenant_of(self.tier, self.owner, self.org)
 
 
 @dataclass(frozen=True)
@@ -121,16 +124,22 @@ class SearchRequest:
     include_catalog: bool = False
     exclude: tuple[str, ...] = ()
     limit: int = DEFAULT_LIMIT
+    # What parsing changed in the request (a query cut to its prefix, a limit clamped): shown first in notices.
+    notices: tuple[str, ...] = ()
 
     @property
     def browse(self) -> bool:
         return not self.query.strip()
 
 
-def tenant_of(tier: Tier, owner: str | None) -> str:
-    """The tenant key an instance lives under: ``global``, ``org:<id>``, ``team:<id>`` or ``user:<sub>``."""
+def tenant_of(tier: Tier, owner: str | None, org: str | None = None) -> str:
+    """The tenant key an instance lives under: ``global``, ``org:<id>``, ``team:<org>/<team>`` or ``user:<sub>``."""
     if tier is Tier.GLOBAL:
         return GLOBAL_TENANT
+    if tier is Tier.TEAM:
+        if not org or not owner:
+            raise ValueError("a team instance's tenant needs its team and the team's org")
+        return team_tenant(org, owner)
     return f"{tier.value}:{owner}"
 
 

@@ -27,14 +27,15 @@ from service.actions.model import (
     TemplateDef,
     Tier,
 )
-from service.auth import Caller
+from service.auth import Caller, split_team_tenant
 from service.errors import Forbidden, ValidationError
-from service.validation import Fields
+from service.validation import BODY_BOUNDED, Fields, bounded_text
 
 MAX_TEMPLATES_PER_REQUEST = 5_000
 MAX_ACTIONS_PER_TEMPLATE = 50_000
 MAX_INSTANCES_PER_REQUEST = 500
 MAX_EXCLUDE_ENTRIES = 100
+# A longer query is searched by its first MAX_QUERY_CHARS characters, cut at a word boundary, with a notice.
 MAX_QUERY_CHARS = 1_000
 
 # Template keys come from real catalogs ("1password.com:events", "vtex.local:Orders-API-(PII-version)"):
@@ -47,6 +48,7 @@ _PROVIDER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _SECRET_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/:]{0,127}$")
 _OWNER = re.compile(r"^[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]{0,199}$")
 _EMAIL = re.compile(r"^[^@\s]{1,128}@[^@\s]{1,253}\.[^@\s]{1,63}$")
+_TRAILING = ", \t\r\n"  # trailing commas (and the space around them) end an exclude list harmlessly
 _HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "TRACE"})
 
 # Field names that can only mean "here is the secret itself".
@@ -178,7 +180,7 @@ def parse_instance(item: Any, caller: Caller, where: str = "instance") -> Instan
     if not _TEMPLATE_KEY.match(template):
         raise ValidationError(f"{where}.template {template!r} is not a valid template key")
     tier = _enum(Tier, fields.str("tier", default=Tier.USER.value, max_length=20), f"{where}.tier")
-    owner = resolve_owner(tier, fields.str("owner", max_length=200), caller, where)
+    owner, org = resolve_owner(tier, fields.str("owner", max_length=200), caller, where)
     auth_fields = fields.obj("auth", required=True)
     assert auth_fields is not None
     auth = _instance_auth(auth_fields)
@@ -191,7 +193,7 @@ def parse_instance(item: Any, caller: Caller, where: str = "instance") -> Instan
     connected = fields.bool("connected", default=True)
     fields.reject_unknown(_INSTANCE_FIELDS)
     return InstanceDef(
-        name=name, template=template, tier=tier, owner=owner, auth=auth, account_email=account_email, connected=connected
+        name=name, template=template, tier=tier, owner=owner, auth=auth, account_email=account_email, connected=connected, org=org
     )
 
 
@@ -230,10 +232,12 @@ def _instance_auth(fields: Fields) -> InstanceAuth:
     return InstanceAuth(AuthType.API_KEY, secret_name=secret_name)
 
 
-def resolve_owner(tier: Tier, owner: str | None, caller: Caller, where: str) -> str | None:
-    """The owner id of an instance at ``tier``; defaults to the caller's own. 403 outside the caller's tenants.
+def resolve_owner(tier: Tier, owner: str | None, caller: Caller, where: str) -> tuple[str | None, str | None]:
+    """(owner id, the team's org) of an instance at ``tier``; defaults to the caller's own. 403 outside the caller's tenants.
 
-    An admin may write for any tenant (operators seed org instances); only an admin writes global ones.
+    A team owner is one of the caller's teams, in the caller's org (the org is None for other tiers).
+    An admin may write for any tenant (operators seed org instances; another org's team is
+    ``<org>/<team>``); only an admin writes global ones.
     """
     if owner is not None and not _OWNER.match(owner):
         raise ValidationError(f"{where}.owner {owner!r} is not a valid owner id")
@@ -242,49 +246,68 @@ def resolve_owner(tier: Tier, owner: str | None, caller: Caller, where: str) -> 
             raise ValidationError(f"{where}.owner must be absent for tier 'global'")
         if not caller.admin:
             raise Forbidden(f"{where}: global instances need an admin token")
-        return None
+        return None, None
+    if tier is Tier.TEAM:
+        return _team_owner(owner, caller, where)
     if tier is Tier.USER:
         owner = owner or caller.sub
         allowed = owner == caller.sub
-    elif tier is Tier.ORG:
+    else:
         owner = owner or caller.org
         if owner is None:
             raise ValidationError(f"{where}.owner is required for tier 'org': the token carries no org claim")
         allowed = owner == caller.org
-    else:
-        if owner is None:
-            if len(caller.teams) != 1:
-                raise ValidationError(f"{where}.owner is required for tier 'team': name one of the token's teams")
-            owner = caller.teams[0]
-        allowed = owner in caller.teams
     if not allowed and not caller.admin:
         raise Forbidden(f"{where}: a {tier.value} instance may only be written for your own {tier.value} (owner {owner!r} is not yours)")
-    return owner
+    return owner, None
+
+
+def _team_owner(owner: str | None, caller: Caller, where: str) -> tuple[str, str]:
+    """(team, org) of a team instance: the caller's team within its org (``Caller.team_owner_tenant``)."""
+    if owner is None:
+        if len(caller.teams) != 1:
+            raise ValidationError(f"{where}.owner is required for tier 'team': name one of the token's teams")
+        owner = caller.teams[0]
+    try:
+        tenant = caller.team_owner_tenant(owner)
+    except ValidationError as exc:
+        raise ValidationError(f"{where}.owner: {exc.message}") from None
+    parts = split_team_tenant(tenant) if tenant is not None else None
+    if parts is None:
+        raise Forbidden(f"{where}: a team instance may only be written for your own team (owner {owner!r} is not yours)")
+    org, team = parts
+    return team, org
 
 
 # ---- search ------------------------------------------------------------------------------------
 
 
 def parse_search_body(data: Any) -> SearchRequest:
+    """A search request; a query over MAX_QUERY_CHARS is cut and a limit over MAX_LIMIT clamped, each with a notice."""
     fields = Fields(data)
-    query = fields.str("query", required=True, max_length=MAX_QUERY_CHARS)
+    query, query_notice = bounded_text(fields.str("query", required=True, max_length=BODY_BOUNDED), MAX_QUERY_CHARS)
     include_catalog = fields.bool("include_catalog", default=False)
     exclude = parse_exclude(fields.raw("exclude"))
-    limit = fields.int("limit", default=DEFAULT_LIMIT)
-    if not 1 <= limit <= MAX_LIMIT:
-        raise ValidationError(f"limit must be between 1 and {MAX_LIMIT} (the hard cap), got {limit}")
+    limit, limit_notice = fields.clamped_int("limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
     fields.reject_unknown({"query", "include_catalog", "exclude", "limit"})
-    return SearchRequest(query=query, include_catalog=include_catalog, exclude=exclude, limit=limit)
+    if not query.strip():
+        limit_notice = None  # browse mode lists every instance: no limit applies to clamp
+    notices = tuple(n for n in (query_notice, limit_notice) if n)
+    return SearchRequest(query=query, include_catalog=include_catalog, exclude=exclude, limit=limit, notices=notices)
 
 
 def parse_exclude(value: Any) -> tuple[str, ...]:
-    """A comma-separated string (``"gmail_work,stripe"``) or a list of strings -> entries, trimmed."""
+    """A comma-separated string (``"gmail_work,stripe"``) or a list of strings -> entries, trimmed.
+
+    Trailing commas (``"a,b,"``, as a list joined in a loop leaves them) are ignored; an empty entry
+    between two names (``"a,,b"``) is refused, as it most likely lost a name."""
     if value is None:
         return ()
     if isinstance(value, str):
         if not value.strip():
             return ()
-        entries: Sequence[Any] = value.split(",")
+        kept = value.rstrip(_TRAILING)
+        entries: Sequence[Any] = kept.split(",") if kept else []
     elif isinstance(value, list):
         entries = value
     else:

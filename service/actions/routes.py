@@ -15,6 +15,7 @@ from service.actions.parsing import parse_instances_body, parse_search_body, par
 from service.actions.search import SearchAnswer, search_actions
 from service.errors import NotFound, ValidationError
 from service.middleware import caller_of, record_timing
+from service.ratelimit import Surface
 from service.state import ENGINE
 from service.validation import read_json
 
@@ -78,8 +79,8 @@ async def remove_instance(request: web.Request) -> web.Response:
         tier = Tier(request.query.get("tier", Tier.USER.value))
     except ValueError:
         raise ValidationError(f"tier must be one of {', '.join(t.value for t in Tier)}") from None
-    owner = resolve_owner(tier, request.query.get("owner"), caller, "instance")
-    if not await delete_instance(request.app[ENGINE], tenant_of(tier, owner), name):
+    owner, org = resolve_owner(tier, request.query.get("owner"), caller, "instance")
+    if not await delete_instance(request.app[ENGINE], tenant_of(tier, owner, org), name):
         raise NotFound(f"no {tier.value} instance named {name!r}")
     return _json({"deleted": name, "tier": tier.value})
 
@@ -97,7 +98,7 @@ async def search_for_caller(engine: Engine, caller: Caller, body: Any) -> Search
     """Validate a search body, count it against the caller's rate limit, search (this route and the
     MCP ``action_search`` tool)."""
     search_request = parse_search_body(body)
-    exceeded = await engine.rate_limiter.check(caller)
+    exceeded = await engine.rate_limiter.check(caller, Surface.ACTIONS)
     if exceeded is not None:
         raise exceeded.error()
     return await search_actions(engine, caller, search_request)

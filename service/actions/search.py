@@ -36,14 +36,14 @@ async def search_actions(engine: Engine, caller: Caller, request: SearchRequest)
     if request.browse:
         # Browse mode is a listing, not a ranking: every callable instance, no actions, no scores, no limit.
         rows = browse_rows(browse_order(units), index, request.include_catalog)
-        body = {"query": request.query, "results": rows, "notices": [], "meta": {"mode": "browse", "candidates": len(units)}}
+        body = {"query": request.query, "results": rows, "notices": list(request.notices), "meta": {"mode": "browse", "candidates": len(units)}}
         return SearchAnswer(body=body, timings_ms=timings)
     ranking = await rank(engine, index, units, request.query, request.limit)
     timings.update(ranking.timings_ms)
     body = {
         "query": request.query,
         "results": [search_row(ranked, index, request.include_catalog) for ranked in ranking.rows],
-        "notices": ranking.notices,
+        "notices": [*request.notices, *ranking.notices],
         "meta": {"mode": "search", "candidates": ranking.candidates, "signals": list(ranking.signals)},
     }
     return SearchAnswer(body=body, timings_ms=timings)

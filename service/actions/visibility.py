@@ -76,6 +76,7 @@ def instance_from_payload(payload: Mapping[str, Any]) -> InstanceDef:
         template=str(payload["template"]),
         tier=Tier(payload["tier"]),
         owner=payload.get("owner"),
+        org=payload.get("org"),
         auth=InstanceAuth(AuthType(payload["auth_type"]), provider=payload.get("provider"), secret_name=payload.get("secret_name")),
         account_email=payload.get("account_email"),
         connected=bool(payload.get("connected", True)),

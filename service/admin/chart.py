@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 WIDTH, PANEL_HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 760, 150, 48, 110, 22, 22
-COLORS = {"embed": "#2f6fde", "fast": "#d9772b"}
+COLORS = {"embed": "#2f6fde", "bulk": "#7a5bc4", "fast": "#d9772b"}
 WINDOW_MS = 3600 * 1000
 
 
@@ -61,7 +61,7 @@ def _panel(title: str, points: dict[str, list[tuple[int, float]]], now_ms: int, 
 
 def chart_svg(samples: Sequence[dict[str, Any]], now_ms: int) -> str:
     """Two panels, depth (queued + deferred + running) and throughput, one line per queue."""
-    queues = sorted({name for sample in samples for name in sample["queues"]}) or ["embed", "fast"]
+    queues = sorted({name for sample in samples for name in sample["queues"]}) or ["bulk", "embed", "fast"]
     depth: dict[str, list[tuple[int, float]]] = {q: [] for q in queues}
     rate: dict[str, list[tuple[int, float]]] = {q: [] for q in queues}
     for sample in samples:

@@ -1,4 +1,5 @@
-"""Index state per surface and tenant: records, embedded, pending, last warm, store backend and model.
+"""Index state per surface and tenant: records, embedded, pending, last warm, store backend and model,
+and the workspaces that cannot be searched (root gone, cache broken).
 
 The store has no group-by, so the tenants of a collection are found by exclusion: scroll one
 point whose tenant is none of those found so far, until none is left (one cheap call per tenant
@@ -62,4 +63,19 @@ async def index_state(engine: Engine) -> dict[str, Any]:
                 "tenants_complete": complete,
             }
         )
-    return {"store": engine.store.backend, "model": model, "surfaces": surfaces}
+    return {"store": engine.store.backend, "model": model, "surfaces": surfaces, "workspaces": unusable_workspaces(engine)}
+
+
+def unusable_workspaces(engine: Engine) -> list[dict[str, Any]]:
+    """This node's workspaces that cannot be searched: a root that is gone (``missing``) or a cache
+    that failed to open (``broken``), each with what its owner should do."""
+    from service.code.runtime import workspaces_of
+
+    workspaces = workspaces_of(engine)
+    rows = []
+    for workspace in workspaces.registry.all():
+        problem = workspaces.problem(workspace)
+        if problem is not None:
+            state, message = problem
+            rows.append({"id": workspace.id, "tenant": workspace.tenant, "root": str(workspace.root), "state": state, "problem": message})
+    return rows

@@ -166,8 +166,8 @@ class Overview:
 
 
 class QueueReader:
-    """Reads the state of this deployment's queues: ``embed``, ``fast`` and, with workspace nodes,
-    each node's ``node:<name>``."""
+    """Reads the state of this deployment's queues: ``embed``, ``bulk``, ``fast`` and, with workspace
+    nodes, each node's ``node:<name>``."""
 
     def __init__(self, engine: Engine, describer: JobDescriber) -> None:
         self.engine = engine
@@ -175,7 +175,7 @@ class QueueReader:
         self.describer = describer
         self.keys = AdminKeys(engine.settings.queue_prefix)
         names = engine.queue.names
-        self.queues: dict[str, str] = {"embed": names.embed, "fast": names.fast}
+        self.queues: dict[str, str] = {"embed": names.embed, "bulk": names.bulk, "fast": names.fast}
         self.queues.update({f"node:{node}": names.node(node) for node in engine.settings.workspace_nodes})
         self.short: dict[str, str] = {full: short for short, full in self.queues.items()}
         # arq marks a running job for (max job timeout + 10 s): its remaining TTL dates the start.

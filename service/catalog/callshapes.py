@@ -1,7 +1,8 @@
 """Call contracts: runtime accessors, inlined call shapes, execute snippets and TypeScript types from JSON Schema.
 
-Built-in capabilities are flat on ``kody`` (``kody.emailSend(params)``); MCP tools are namespaced
-by server (``kody.mcp["home"].set_pin(params)``). An inlined call shape is the accessor plus the
+Built-in capabilities are flat on the runtime object (``kody.emailSend(params)``); MCP tools are
+namespaced by server (``kody.mcp["home"].set_pin(params)``). The runtime's name (``kody`` by
+default) is the ``runtime_name`` setting, passed to every function that writes one. An inlined call shape is the accessor plus the
 whitespace-collapsed input type, truncated when long, so an agent can call from execute without
 opening the entity first.
 """
@@ -24,12 +25,17 @@ def _member(name: str) -> str:
     return f".{name}" if _IDENTIFIER.match(name) else f'["{name}"]'
 
 
-def accessor(payload: Mapping[str, Any]) -> str:
-    """The runtime accessor of a capability or MCP tool record."""
+def accessor(payload: Mapping[str, Any], *, runtime: str) -> str:
+    """The runtime accessor of a capability or MCP tool record (``runtime``: the runtime object's name)."""
     server = payload.get("server")
     if server and payload.get("tool"):
-        return f'kody.mcp["{server}"]{_member(str(payload["tool"]))}'
-    return f"kody{_member(str(payload.get('entity_id', '')))}"
+        return f'{runtime}.mcp["{server}"]{_member(str(payload["tool"]))}'
+    return f"{runtime}{_member(str(payload.get('entity_id', '')))}"
+
+
+def mcp_tool_accessor(server: str, *, runtime: str) -> str:
+    """``kody.mcp["home"]``: where the tools of one connected MCP server are called."""
+    return f'{runtime}.mcp["{server}"]'
 
 
 def input_type(payload: Mapping[str, Any]) -> str:
@@ -78,18 +84,18 @@ def has_required_fields(payload: Mapping[str, Any]) -> bool:
     return False
 
 
-def call_shape(payload: Mapping[str, Any], limit: int = CALL_SHAPE_CHARS) -> str:
+def call_shape(payload: Mapping[str, Any], *, runtime: str, limit: int = CALL_SHAPE_CHARS) -> str:
     """``kody.emailSend(params: { to: string; subject: string })``, collapsed and truncated to ``limit``."""
-    head = f"{accessor(payload)}(params: "
+    head = f"{accessor(payload, runtime=runtime)}(params: "
     room = max(8, limit - len(head) - 1)
     return f"{head}{collapse_whitespace(input_type(payload), room)})"
 
 
-def execute_snippet(call: str) -> str:
-    """A ready-to-run execute module calling ``call`` (an accessor) with the execute params."""
+def execute_snippet(call: str, *, runtime: str) -> str:
+    """A ready-to-run execute module importing the runtime and calling ``call`` (an accessor) with the execute params."""
     return "\n".join(
         [
-            "import { kody } from 'kody:runtime'",
+            f"import {{ {runtime} }} from '{runtime}:runtime'",
             "",
             "export default async function main(params) {",
             f"\treturn await {call}(params)",

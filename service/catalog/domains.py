@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.auth import GLOBAL_TENANT, Caller
+from service.catalog.cursor import listing_key
 from service.catalog.keys import COLLECTION, Kind, mcp_domain, record_key, server_of_domain
 from service.catalog.state import catalog_state
 from service.engine.analyzer import STOPWORDS, analyze, terms_text
@@ -87,7 +88,8 @@ async def _scroll(engine: Engine, flt: Filter) -> list[Mapping[str, Any]]:
 
 
 def _curated(payloads: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return sorted(payloads, key=lambda p: (int(p.get("order", 1_000_000)), str(p.get("entity_id", ""))))
+    """Curated order: ``order``, then id, then record key (a total order, so listing pages are stable)."""
+    return sorted(payloads, key=listing_key)
 
 
 # ---- stats ------------------------------------------------------------------------------------------

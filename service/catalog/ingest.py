@@ -30,6 +30,7 @@ from service.catalog.models import (
     Secret,
     WaitingItem,
     entity_type_of,
+    parse_timestamp,
 )
 from service.engine.analyzer import analyze, terms_text
 from service.engine.records import IndexRecord, RecordIndex
@@ -61,7 +62,11 @@ class IngestSummary:
 
 
 def resolve_owner(caller: Caller, owner: str | None) -> str:
-    """The tenant that owns user-scoped entities of this request: the caller, its org or one of its teams."""
+    """The tenant that owns user-scoped entities of this request: the caller, its org or one of its teams.
+
+    ``team:<name>`` names the caller's team ``<name>`` of the caller's org; the stored tenant is
+    ``team:<org>/<name>`` (``Caller.team_owner_tenant``: admins may name ``team:<org>/<name>``).
+    """
     if owner in (None, "", "user"):
         return caller.user_tenant
     assert owner is not None
@@ -71,14 +76,34 @@ def resolve_owner(caller: Caller, owner: str | None) -> str:
         return f"org:{caller.org}"
     kind, _, name = owner.partition(":")
     if kind not in ("user", "org", "team") or not name:
-        raise ValidationError("owner must be 'user', 'org', 'team:<name>' (or, for admins, 'user:<sub>' / 'org:<org>')")
-    if owner in caller.tenants or caller.admin:
-        return owner
-    raise Forbidden(f"owner {owner!r} is not one of your tenants ({', '.join(caller.tenants[1:])})")
+        raise ValidationError("owner must be 'user', 'org', 'team:<name>' (or, for admins, 'user:<sub>' / 'org:<org>' / 'team:<org>/<name>')")
+    if kind == "team":
+        tenant = caller.team_owner_tenant(name)
+    else:
+        tenant = owner if owner in caller.tenants or caller.admin else None
+    if tenant is None:
+        yours = ["user"] + (["org"] if caller.org else []) + [f"team:{team}" for team in caller.teams]
+        raise Forbidden(f"owner {owner!r} is not one of your tenants ({', '.join(yours)})")
+    return tenant
 
 
 def tenant_for(entity: Entity, owner_tenant: str) -> str:
     return GLOBAL_TENANT if isinstance(entity, Capability | Domain | Guide) else owner_tenant
+
+
+def refuse_repeated_entities(entities: Sequence[Entity], owner_tenant: str) -> None:
+    """400 when one ``(type, id)`` of one owner appears twice in a batch, naming its positions:
+    each copy's stale-child cleanup would delete the other's exports and tools after a 200."""
+    positions: dict[tuple[str, str], list[int]] = {}
+    for i, entity in enumerate(entities):
+        positions.setdefault((tenant_for(entity, owner_tenant), entity_label(entity)), []).append(i)
+    repeated = [(label, where) for (_, label), where in positions.items() if len(where) > 1]
+    if repeated:
+        named = "; ".join(
+            f"{label} at entities[{where[0]}] and entities[{where[1]}]" + (f" (and {len(where) - 2} more)" if len(where) > 2 else "")
+            for label, where in repeated[:5]
+        )
+        raise ValidationError(f"entities must be unique per owner in one request; repeated: {named}")
 
 
 def lint_guide(guide: Guide, path: str) -> None:
@@ -315,6 +340,7 @@ def mcp_server_records(server: McpServer, tenant: str) -> list[IndexRecord]:
         "tool_samples": [t.name for t in server.tools[:3]],
         "tool_count": len(server.tools),
         "name_leaf": server.id.lower(),
+        "connection": {"status": server.connection.status, "at": server.connection.at, "message": server.connection.message} if server.connection else None,
         "ranked": True,
     }
     embed = _embed(f"{server.id} MCP server: {server.description}", server.instructions[:500], "Tools: " + ", ".join(t.name for t in server.tools[:40]))
@@ -354,6 +380,7 @@ def secret_records(secret: Secret, tenant: str) -> list[IndexRecord]:
         "provider": secret.provider,
         "hosts": list(secret.hosts),
         "expires_at": secret.expires_at,
+        "expires_ts": expiry.timestamp() if (expiry := parse_timestamp(secret.expires_at)) else None,  # waiting items filter on it
         "tags": list(secret.tags),
         "package_id": secret.package_id,
         # Package-scoped secret references are stored but never ranked (secretList / packageGet show them).

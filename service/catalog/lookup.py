@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from service.engine.runtime import Engine
 
 MAX_RELATED_PACKAGES = 5
+MAX_PACKAGE_SECRETS = 100
+# Platform capabilities some answers name, when this catalog has them (absorbing a fork, authenticated fetch).
+ABSORB_CAPABILITIES = ("communityGet", "repoPublishSession")
+FETCH_CAPABILITY = "createAuthenticatedFetch"
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 
@@ -53,6 +57,24 @@ async def user_record(engine: Engine, caller: Caller, kind: Kind, entity_id: str
 
 async def global_record(engine: Engine, kind: Kind, entity_id: str) -> Mapping[str, Any] | None:
     return await engine.records(SURFACE_NAME).get(record_key(GLOBAL_TENANT, kind, entity_id))
+
+
+async def known_capabilities(engine: Engine, names: tuple[str, ...]) -> frozenset[str]:
+    """Which of ``names`` are built-in capabilities of this catalog: an answer names a platform call only when it exists."""
+    keys = {record_key(GLOBAL_TENANT, Kind.CAPABILITY, name): name for name in names}
+    found = await engine.records(SURFACE_NAME).get_many(list(keys))
+    return frozenset(keys[key] for key in found)
+
+
+async def package_secrets(engine: Engine, package: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The package-scoped secret references of ``package`` (metadata only), in name order."""
+    flt = Filter(must=(Match("tenant", str(package["tenant"])), Match("kind", Kind.PACKAGE_SECRET.value), Match("package_id", str(package["package_id"]))))
+    page, _ = await engine.store.scroll(COLLECTION, flt, limit=MAX_PACKAGE_SECRETS)
+    rows = [
+        {"name": p.payload.get("title"), "description": p.payload.get("description") or "", "expiresAt": p.payload.get("expires_at") or None}
+        for p in page
+    ]
+    return sorted(rows, key=lambda row: str(row["name"]))
 
 
 async def find_package(engine: Engine, caller: Caller, ident: str) -> Mapping[str, Any] | None:
@@ -96,8 +118,9 @@ async def related_packages(engine: Engine, caller: Caller, provider_terms: list[
 
 async def resolve(engine: Engine, caller: Caller, ref: EntityRef, budget_chars: int) -> dict[str, Any]:
     """The detail document of one ref; raises NotFound / FragmentNotFound / InvalidEntityRef."""
+    runtime = engine.settings.runtime_name
     if ref.type == "capability":
-        return await _capability(engine, caller, ref)
+        return await _capability(engine, caller, ref, runtime)
     if ref.type == "guide":
         return await _guide(engine, ref, budget_chars)
     if ref.type == "package":
@@ -105,7 +128,7 @@ async def resolve(engine: Engine, caller: Caller, ref: EntityRef, budget_chars: 
     if ref.type == "integration":
         return await _integration(engine, caller, ref)
     if ref.type == "mcp-server":
-        return await _mcp_server(engine, caller, ref)
+        return await _mcp_server(engine, caller, ref, runtime)
     return await _secret(engine, caller, ref)
 
 
@@ -114,7 +137,7 @@ def _no_fragment(ref: EntityRef) -> None:
         raise InvalidEntityRef(f"invalid entity ref {ref.full!r}: {ref.type} refs take no '#' fragment; use {ref.ref!r}")
 
 
-async def _capability(engine: Engine, caller: Caller, ref: EntityRef) -> dict[str, Any]:
+async def _capability(engine: Engine, caller: Caller, ref: EntityRef, runtime: str) -> dict[str, Any]:
     _no_fragment(ref)
     if ref.id.startswith("mcp:"):
         server, _, tool = ref.id[4:].partition(":")
@@ -123,7 +146,7 @@ async def _capability(engine: Engine, caller: Caller, ref: EntityRef) -> dict[st
             raise NotFound(f"no MCP tool {ref.ref!r}; list a server's tools with entity 'mcp-server:{server or '<name>'}'")
         server_record = await user_record(engine, caller, Kind.MCP_SERVER, server)
         siblings = max(0, int((server_record or {}).get("tool_count", 1)) - 1)
-        detail = _capability_detail(record)
+        detail = _capability_detail(record, runtime)
         detail["server"] = server
         detail["relatedOperationCount"] = siblings
         detail["related"] = f"mcp-server:{server}"
@@ -131,11 +154,11 @@ async def _capability(engine: Engine, caller: Caller, ref: EntityRef) -> dict[st
     record = await global_record(engine, Kind.CAPABILITY, ref.id)
     if record is None:
         raise NotFound(f"no capability {ref.ref!r}; search by task or list a domain with search({{ domain }})")
-    return _capability_detail(record)
+    return _capability_detail(record, runtime)
 
 
-def _capability_detail(record: Mapping[str, Any]) -> dict[str, Any]:
-    call = callshapes.accessor(record)
+def _capability_detail(record: Mapping[str, Any], runtime: str) -> dict[str, Any]:
+    call = callshapes.accessor(record, runtime=runtime)
     return {
         "type": "capability",
         "entity": record.get("entity"),
@@ -143,13 +166,13 @@ def _capability_detail(record: Mapping[str, Any]) -> dict[str, Any]:
         "summary": record.get("summary"),
         "description": record.get("description") or "",
         "domain": record.get("domain"),
-        "callShape": callshapes.call_shape(record),
+        "callShape": callshapes.call_shape(record, runtime=runtime),
         "accessor": call,
-        "execute": callshapes.execute_snippet(call),
+        "execute": callshapes.execute_snippet(call, runtime=runtime),
         "inputTypeDefinition": callshapes.input_type(record),
         "outputTypeDefinition": callshapes.output_type(record),
         "nextStep": (
-            "Run the execute snippet with params matching inputTypeDefinition."
+            "Run the execute snippet with params matching the input type."
             if callshapes.has_required_fields(record)
             else "Run the execute snippet with params {} (no field is required)."
         ),
@@ -193,7 +216,12 @@ async def _package(engine: Engine, caller: Caller, ref: EntityRef, budget_chars:
         raise NotFound(f"no package {ref.ref!r} in your catalog; packages are found by id, UUID or name leaf")
     parts = ref.fragment_parts
     if not parts:
-        return package_index(package)
+        known = await known_capabilities(engine, ABSORB_CAPABILITIES) if (package.get("fork") or {}).get("listingAhead") else frozenset()
+        detail = package_index(package, runtime=engine.settings.runtime_name, known=known)
+        secrets = await package_secrets(engine, package)
+        if secrets:
+            detail["secrets"] = secrets
+        return detail
     export = await package_export(engine, package, parts[0]) if len(parts) == 1 else None
     if export is not None:
         return export_detail(export)
@@ -208,8 +236,10 @@ async def _package(engine: Engine, caller: Caller, ref: EntityRef, budget_chars:
     return {"type": "package-file", "entity": ref.full, "package": package.get("entity"), "path": path, "part": part, "tableOfContents": is_toc, "text": body}
 
 
-def package_index(package: Mapping[str, Any]) -> dict[str, Any]:
-    """The slim package index of seed 000: summary, export subpaths and purposes, job/retriever names, Intent."""
+def package_index(package: Mapping[str, Any], *, runtime: str, known: frozenset[str]) -> dict[str, Any]:
+    """The slim package index: summary, export subpaths and purposes, job/retriever names, Intent.
+
+    ``known``: which of ``ABSORB_CAPABILITIES`` this catalog has (the absorb step names them only then)."""
     fork = package.get("fork") or {}
     detail: dict[str, Any] = {
         "type": "package",
@@ -227,12 +257,16 @@ def package_index(package: Mapping[str, Any]) -> dict[str, Any]:
     }
     if fork.get("listingAhead"):
         detail["listingAhead"] = True
-        detail["nextStep"] = absorb_step(str(fork.get("upstream")))
+        detail["nextStep"] = absorb_step(str(fork.get("upstream")), runtime=runtime, known=known)
     return detail
 
 
-def absorb_step(upstream: str) -> str:
-    return f"The community listing {upstream} is ahead of this fork: call communityGet for {upstream}, then repoPublishSession with absorbed_upstream_commit to absorb it."
+def absorb_step(upstream: str, *, runtime: str, known: frozenset[str]) -> str:
+    """The one-line step of an outdated fork; it names the platform's absorb calls only where this catalog has them."""
+    if known >= set(ABSORB_CAPABILITIES):
+        get, publish = (callshapes.accessor({"entity_id": name}, runtime=runtime) for name in ABSORB_CAPABILITIES)
+        return f"The community listing {upstream} is ahead of this fork: call {get} for {upstream}, then {publish} with absorbed_upstream_commit to absorb it."
+    return f"The community listing {upstream} is ahead of this fork (its pin is not an ancestor of the fork tip): absorb the upstream commits into the fork before relying on it."
 
 
 def export_detail(export: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,13 +310,21 @@ async def _integration(engine: Engine, caller: Caller, ref: EntityRef) -> dict[s
         "scopes": list(record.get("scopes") or []),
         "docsUrl": record.get("docs_url") or None,
         "lastRefresh": record.get("last_refresh"),
-        "tokens": f"Access and refresh tokens live on the connection: call createAuthenticatedFetch('{ref.id}').",
+        "tokens": tokens_note(ref.id, runtime=engine.settings.runtime_name, known=await known_capabilities(engine, (FETCH_CAPABILITY,))),
         "relatedPackages": await related_packages(engine, caller, name_terms(str(record.get("provider")), ref.id)),
     }
     step = reconnect_step(record)
     if step:
         detail["nextStep"] = step
     return detail
+
+
+def tokens_note(integration_id: str, *, runtime: str, known: frozenset[str]) -> str:
+    """Where an integration's tokens are: never in an answer; the authenticated-fetch call is named when this catalog has it."""
+    if FETCH_CAPABILITY in known:
+        fetch = callshapes.accessor({"entity_id": FETCH_CAPABILITY}, runtime=runtime)
+        return f"Access and refresh tokens live on the connection and are never returned: call {fetch}('{integration_id}') inside execute."
+    return f"Access and refresh tokens live on the connection and are never returned: execute code uses the connection by the integration's id ('{integration_id}')."
 
 
 def reconnect_step(record: Mapping[str, Any]) -> str | None:
@@ -292,14 +334,14 @@ def reconnect_step(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-async def _mcp_server(engine: Engine, caller: Caller, ref: EntityRef) -> dict[str, Any]:
+async def _mcp_server(engine: Engine, caller: Caller, ref: EntityRef, runtime: str) -> dict[str, Any]:
     _no_fragment(ref)
     name = ref.id[4:] if ref.id.startswith("mcp:") else ref.id
     record = await user_record(engine, caller, Kind.MCP_SERVER, name)
     if record is None:
         raise NotFound(f"no connected MCP server {name!r}; search to see your MCP servers")
     tools = await list_domain(engine, caller, mcp_domain(name))
-    return {
+    detail: dict[str, Any] = {
         "type": "mcp-server",
         "entity": record.get("entity"),
         "title": name,
@@ -309,16 +351,25 @@ async def _mcp_server(engine: Engine, caller: Caller, ref: EntityRef) -> dict[st
         "domain": mcp_domain(name),
         "toolCount": len(tools),
         "tools": [
-            {"entity": t.get("entity"), "name": t.get("tool"), "summary": t.get("summary"), "callShape": callshapes.call_shape(t)} for t in tools
+            {"entity": t.get("entity"), "name": t.get("tool"), "summary": t.get("summary"), "callShape": callshapes.call_shape(t, runtime=runtime)} for t in tools
         ],
     }
+    connection = record.get("connection") or {}
+    if connection.get("status") in ("disconnected", "degraded"):
+        detail["connection"] = dict(connection)
+        reason = connection.get("message") or connection["status"]
+        detail["nextStep"] = f"Ask the user to reconnect the MCP server {name} ({reason}); its tools fail until it is connected again."
+    return detail
 
 
 async def _secret(engine: Engine, caller: Caller, ref: EntityRef) -> dict[str, Any]:
     _no_fragment(ref)
     record = await user_record(engine, caller, Kind.SECRET, ref.id)
     if record is None:
-        raise NotFound(f"no secret reference {ref.ref!r}; package-scoped secrets are listed by secretList or packageGet")
+        raise NotFound(
+            f"no secret reference {ref.ref!r}; package-scoped secret references are listed in their package's detail: "
+            'search({ entity: "package:<id>" })'
+        )
     return {
         "type": "secret",
         "entity": record.get("entity"),

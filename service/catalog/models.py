@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from service.errors import ValidationError
@@ -27,6 +28,8 @@ SECRET_VALUE_FIELDS = ("value", "secretValue", "secret", "plaintext", "token", "
 WAITING_STATUSES = ("block", "degraded", "setup")
 WAITING_CATEGORIES = ("oauth-reconnect", "secret-expired", "mcp-reconnect", "setup", "onboarding", "other")
 REFRESH_STATUSES = ("ok", "reconnectable", "failed")
+# An MCP server's connection: degraded and disconnected servers show in the Waiting block.
+CONNECTION_STATUSES = ("connected", "degraded", "disconnected")
 
 
 @dataclass(frozen=True)
@@ -159,12 +162,22 @@ class McpTool:
 
 
 @dataclass(frozen=True)
+class Connection:
+    """An MCP server's connection state as the platform last saw it."""
+
+    status: str
+    at: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class McpServer:
     id: str
     description: str = ""
     instructions: str = ""
     url: str = ""
     tools: tuple[McpTool, ...] = ()
+    connection: Connection | None = None
 
 
 @dataclass(frozen=True)
@@ -432,7 +445,37 @@ def _mcp_server(f: Fields) -> McpServer:
         instructions=_text(f, "instructions"),
         url=_text(f, "url"),
         tools=tuple(tools),
+        connection=_connection(f),
     )
+
+
+def _connection(f: Fields) -> Connection | None:
+    sub = f.obj("connection")
+    if sub is None:
+        return None
+    status = sub.str("status", required=True, max_length=40)
+    if status not in CONNECTION_STATUSES:
+        raise ValidationError(f"{sub._path('status')} must be one of {', '.join(CONNECTION_STATUSES)}")
+    connection = Connection(status, _timestamp(sub, "at"), _text(sub, "message", limit=2000))
+    sub.reject_unknown()
+    return connection
+
+
+def _timestamp(f: Fields, name: str) -> str:
+    """An ISO 8601 date or date-time (``2025-01-31``, ``2025-01-31T12:00:00Z``), or empty."""
+    value = _text(f, name, limit=64)
+    if value and parse_timestamp(value) is None:
+        raise ValidationError(f"{f._path(name)} {value[:64]!r} must be an ISO 8601 date or date-time such as 2025-01-31 or 2025-01-31T12:00:00Z")
+    return value
+
+
+def parse_timestamp(value: str) -> datetime | None:
+    """``value`` as an aware datetime (a date is its midnight UTC, a naive time is UTC); None when it is not ISO 8601."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _secret(f: Fields) -> Secret:
@@ -451,7 +494,7 @@ def _secret(f: Fields) -> Secret:
         package_id=package_id,
         provider=_text(f, "provider"),
         hosts=f.str_list("hosts", max_items=100, max_length=300),
-        expires_at=_text(f, "expiresAt"),
+        expires_at=_timestamp(f, "expiresAt"),
         tags=_tags(f),
     )
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.catalog.callshapes import call_shape
-from service.catalog.lookup import absorb_step, section_part
+from service.catalog.lookup import section_part
 from service.catalog.ranking import Scored
 
 CALL_SHAPE_TOP = 3
@@ -30,8 +30,8 @@ def _label(kind: str) -> str:
 # ---- cards -----------------------------------------------------------------------------------------
 
 
-def card(hit: Scored, *, with_call_shape: bool) -> dict[str, Any]:
-    """The structured result card of one ranked hit."""
+def card(hit: Scored, *, with_call_shape: bool, runtime: str) -> dict[str, Any]:
+    """The structured result card of one ranked hit (``runtime``: the name call shapes call into)."""
     payload = hit.payload
     kind = hit.kind
     card_type = {"export": "package-export", "mcp-tool": "capability"}.get(kind, kind)
@@ -46,7 +46,7 @@ def card(hit: Scored, *, with_call_shape: bool) -> dict[str, Any]:
     if card_type == "capability":
         out["domain"] = payload.get("domain")
         if with_call_shape:
-            out["callShape"] = call_shape(payload)
+            out["callShape"] = call_shape(payload, runtime=runtime)
     if kind == "mcp-server":
         out["domain"] = payload.get("domain")
         if payload.get("instructions"):
@@ -58,8 +58,7 @@ def card(hit: Scored, *, with_call_shape: bool) -> dict[str, Any]:
             out["bestActions"] = hit.extras["bestActions"]
         fork = payload.get("fork") or {}
         if fork.get("listingAhead"):
-            out["listingAhead"] = True
-            out["nextStep"] = absorb_step(str(fork.get("upstream")))
+            out["listingAhead"] = True  # its absorb step comes in extras["nextStep"]
     if kind == "export" and hit.extras.get("contract"):
         out["contract"] = hit.extras["contract"]
     if hit.extras.get("nextStep"):
@@ -71,13 +70,13 @@ def card(hit: Scored, *, with_call_shape: bool) -> dict[str, Any]:
     return out
 
 
-def cards(hits: Sequence[Scored], *, call_shapes: int = CALL_SHAPE_TOP) -> list[dict[str, Any]]:
+def cards(hits: Sequence[Scored], *, runtime: str, call_shapes: int = CALL_SHAPE_TOP) -> list[dict[str, Any]]:
     """Cards in order; the first ``call_shapes`` capability hits inline their call shape."""
     out = []
     shaped = 0
     for hit in hits:
         is_capability = hit.kind in ("capability", "mcp-tool")
-        out.append(card(hit, with_call_shape=is_capability and shaped < call_shapes))
+        out.append(card(hit, with_call_shape=is_capability and shaped < call_shapes, runtime=runtime))
         shaped += 1 if is_capability else 0
     return out
 
@@ -87,7 +86,13 @@ def _one_line(text: str, limit: int = 200) -> str:
     return collapsed if len(collapsed) <= limit else collapsed[: limit - 1] + "…"
 
 
-def card_markdown(position: int, item: Mapping[str, Any]) -> str:
+def item_step(item: Mapping[str, Any], answer_step: Any) -> list[str]:
+    """An item's own step as a ``To do:`` line; none when it is the answer's one ``Next step:`` already."""
+    step = item.get("nextStep")
+    return [f"To do: {step}"] if step and step != answer_step else []
+
+
+def card_markdown(position: int, item: Mapping[str, Any], answer_step: Any = None) -> str:
     head = f"{position}. **{item.get('title')}** — {_label(str(item.get('type')))}"
     if item.get("domain"):
         head += f" · domain `{item['domain']}`"
@@ -123,8 +128,7 @@ def card_markdown(position: int, item: Mapping[str, Any]) -> str:
         lines.append(f"   Why: {', '.join(item['whyMatched'])}")
     elif item.get("type") != "domain" and "whyMatched" in item:
         lines.append("   Why: semantic match")
-    if item.get("nextStep"):
-        lines.append(f"   Next step: {item['nextStep']}")
+    lines += [f"   {line}" for line in item_step(item, answer_step)]
     return "\n".join(lines)
 
 
@@ -150,7 +154,7 @@ def ranked_markdown(doc: Mapping[str, Any]) -> str:
     else:
         title = f"## Results for \"{doc.get('query')}\"{scope} ({doc.get('mode')}, {len(results)} shown)"
     if results:
-        parts.append(title + "\n" + "\n".join(card_markdown(i + 1, r) for i, r in enumerate(results)))
+        parts.append(title + "\n" + "\n".join(card_markdown(i + 1, r, doc.get("nextStep")) for i, r in enumerate(results)))
     else:
         parts.append(title + "\nNo matches.")
     parts.append(notices_markdown(doc))
@@ -199,7 +203,7 @@ def _cell(text: str) -> str:
 def domain_listing_markdown(doc: Mapping[str, Any]) -> str:
     results = doc.get("results") or []
     title = f"## Domain `{doc['domain']}` ({doc.get('total', len(results))} capabilities, curated order)"
-    body = "\n".join(card_markdown(i + 1, r) for i, r in enumerate(results)) or "No capabilities."
+    body = "\n".join(card_markdown(i + 1, r, doc.get("nextStep")) for i, r in enumerate(results)) or "No capabilities."
     return f"{title}\n{body}\n\n{notices_markdown(doc)}"
 
 
@@ -207,7 +211,8 @@ def domain_listing_markdown(doc: Mapping[str, Any]) -> str:
 
 
 def entity_markdown(doc: Mapping[str, Any]) -> str:
-    sections = [detail_markdown(item) if item.get("ok") else f"## {item['entity']}\nError ({item['error']['code']}): {item['error']['message']}" for item in doc.get("results") or []]
+    step = doc.get("nextStep")
+    sections = [detail_markdown(item, step) if item.get("ok") else f"## {item['entity']}\nError ({item['error']['code']}): {item['error']['message']}" for item in doc.get("results") or []]
     tail = notices_markdown(doc)
     return "\n\n".join([*sections, tail] if tail else sections)
 
@@ -218,7 +223,7 @@ def guide_section_header(guide_id: str, title: str, summary: str, slug: str) -> 
     return detail_markdown(item)
 
 
-def detail_markdown(item: Mapping[str, Any]) -> str:
+def detail_markdown(item: Mapping[str, Any], answer_step: Any = None) -> str:
     kind = item.get("type")
     head = f"## `{item.get('entity')}` — {item.get('title')}"
     lines = [head]
@@ -251,8 +256,7 @@ def detail_markdown(item: Mapping[str, Any]) -> str:
         if item.get("hosts"):
             lines.append(f"hosts: {', '.join(item['hosts'])}")
         lines.append(str(item.get("note")))
-    if item.get("nextStep"):
-        lines.append(f"Next step: {item['nextStep']}")
+    lines += item_step(item, answer_step)
     return "\n".join(lines)
 
 
@@ -272,9 +276,21 @@ def _package_lines(item: Mapping[str, Any]) -> list[str]:
         lines += ["Intent:", str(item["intent"])]
     if item.get("files"):
         lines.append(f"Files: {', '.join(item['files'])} (open one with `{item['entity']}#<path>`)")
+    if item.get("secrets"):
+        lines.append("Package secrets (metadata only; values are never returned, use them by name inside execute):")
+        lines += [_secret_line(secret) for secret in item["secrets"]]
     if item.get("listingAhead"):
         lines.append("listingAhead: true")
     return lines
+
+
+def _secret_line(secret: Mapping[str, Any]) -> str:
+    line = f"- `{secret['name']}`"
+    if secret.get("description"):
+        line += f" — {secret['description']}"
+    if secret.get("expiresAt"):
+        line += f" (expires {secret['expiresAt']})"
+    return line
 
 
 def _export_lines(item: Mapping[str, Any]) -> list[str]:
@@ -321,6 +337,9 @@ def _server_lines(item: Mapping[str, Any]) -> list[str]:
         lines.append(str(item["description"]))
     if item.get("instructions"):
         lines += ["Instructions:", str(item["instructions"])]
+    connection = item.get("connection")
+    if connection:
+        lines.append(f"Connection: {connection.get('status')} {connection.get('at') or ''}".rstrip())
     lines.append(f"Tools ({item.get('toolCount')}):")
     lines += [f"- `{t['entity']}` — {t.get('summary') or ''} · `{t['callShape']}`" for t in item.get("tools") or []]
     return lines
@@ -341,6 +360,17 @@ def error_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join([*lines, tail] if tail else lines)
 
 
+def waiting_summary_markdown(doc: Mapping[str, Any]) -> str:
+    """The full waiting list: every item with its status and step, then the one next step."""
+    lines = [f"## Waiting ({doc.get('total', 0)})"]
+    for item in doc.get("items") or []:
+        line = f"- **{item['title']}** ({item['status']}, {item['category']})"
+        if item.get("nextStep"):
+            line += f" — {item['nextStep']}"
+        lines.append(line)
+    return "\n".join(lines) + "\n\n" + notices_markdown(doc)
+
+
 MARKDOWN = {
     "ranked": ranked_markdown,
     "exact-package": ranked_markdown,
@@ -348,6 +378,7 @@ MARKDOWN = {
     "domain-listing": domain_listing_markdown,
     "entity": entity_markdown,
     "error": error_markdown,
+    "waiting": waiting_summary_markdown,
 }
 
 

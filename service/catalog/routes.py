@@ -1,4 +1,4 @@
-"""HTTP routes of catalog search: ingest (``PUT``), delete (``DELETE``) and search (``POST``)."""
+"""HTTP routes of catalog search: ingest (``PUT``), delete (``DELETE``), search (``POST``) and the waiting list (``GET``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,20 @@ from aiohttp import web
 from service.auth import Caller
 from service.catalog import render
 from service.catalog.domains import refresh_domain_stats
-from service.catalog.ingest import delete_entity, lint_guide, require_rights, resolve_owner, write_entities
+from service.catalog.ingest import (
+    delete_entity,
+    lint_guide,
+    refuse_repeated_entities,
+    require_rights,
+    resolve_owner,
+    write_entities,
+)
 from service.catalog.keys import Kind, record_key
 from service.catalog.models import Capability, Domain, Guide, parse_entity
 from service.catalog.search import Answer, SearchContext, SearchRequest, deadline_answer, parse_request, run_search
 from service.catalog.state import catalog_state
 from service.catalog.timing import SearchAbandoned, SearchClock
+from service.catalog.waiting import waiting_summary
 from service.errors import ValidationError
 from service.middleware import caller_of, record_timing
 from service.state import ENGINE
@@ -58,6 +66,7 @@ async def put_entities(request: web.Request) -> web.Response:
             lint_guide(entity, f"entities[{i}].markdown")
     require_rights(caller, entities)
     owner_tenant = resolve_owner(caller, owner)
+    refuse_repeated_entities(entities, owner_tenant)
     index = catalog_state(engine).index
     capabilities = [e for e in entities if isinstance(e, Capability)]
     before = await _previous_domains(index, [c.id for c in capabilities])
@@ -104,6 +113,13 @@ async def delete_entity_route(request: web.Request) -> web.Response:
     elif entity_type == "domain":
         await refresh_domain_stats(index, [entity_id])  # capabilities still naming it keep an undeclared row
     return _json({"deleted": ref, "records": removed})
+
+
+@routes.get("/v1/catalog/waiting")
+async def waiting(request: web.Request) -> web.Response:
+    """Everything waiting on the caller (the Waiting block of ranked search shows the first few)."""
+    doc = await waiting_summary(request.app[ENGINE], caller_of(request))
+    return _json({"content": render.content_of(doc), "structuredContent": doc})
 
 
 @routes.post("/v1/catalog/search")

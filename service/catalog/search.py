@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from service.auth import GLOBAL_TENANT, Caller
 from service.catalog import lookup, markdown, render
-from service.catalog.callshapes import export_contract
+from service.catalog.callshapes import export_contract, mcp_tool_accessor
+from service.catalog.cursor import ListingCursor, listing_key
 from service.catalog.domains import (
     DomainRow,
     cached_builtin_domains,
@@ -40,12 +41,12 @@ from service.catalog.refs import EntityRef, parse_entity_param
 from service.catalog.rerank import Candidate, RerankResult, rerank
 from service.catalog.state import catalog_state
 from service.catalog.timing import SearchClock
-from service.catalog.waiting import SHOWN_ITEMS, check_waiting, user_tenants
+from service.catalog.waiting import SHOWN_ITEMS, WAITING_SUMMARY_STEP, check_waiting, user_tenants
 from service.engine.records import tenant_filter
 from service.engine.store import Filter, Match, MatchAny
 from service.errors import AgentSearchError, FragmentNotFound, InvalidEntityRef, NotFound, ValidationError
-from service.ratelimit import RateLimitExceeded
-from service.validation import Fields
+from service.ratelimit import RateLimitExceeded, Surface
+from service.validation import BODY_BOUNDED, Fields, bounded_text
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -57,8 +58,10 @@ MIN_RESPONSE_SIZE = 500
 MAX_RESPONSE_SIZE = 200_000
 # Entity detail budget when maxResponseSize is not given: a guide over it comes back as contents.
 DEFAULT_ENTITY_BUDGET = markdown.DEFAULT_BUDGET_CHARS
-# Candidates the rerank stage sees (its clear-winner gate covers pools up to 20).
-RERANK_POOL = 20
+# Most candidates the rerank stage sees: the whole relevant pool up to this bound (pools over the
+# clear-winner gate's 20 always go to the scorer); 50 is MAX_LIMIT, so every shown hit was scored.
+RERANK_POOL_MAX = 50
+# A longer query is searched by its first MAX_QUERY characters, cut at a word boundary, with a notice.
 MAX_QUERY = 2_000
 CONTRACT_TOP = 3
 PAIRED_PACKAGES = 3
@@ -72,26 +75,41 @@ class SearchRequest:
     limit: int | None
     max_response_size: int | None
     include_hidden: bool
+    cursor: ListingCursor | None = None
+    # What the request's inputs changed (a query cut to its prefix, a limit clamped): every answer shows them.
+    notices: tuple[str, ...] = ()
 
 
 def parse_request(body: Any) -> SearchRequest:
     """Validate the search body; 400 with what to fix (nothing is searched on bad input)."""
     fields = Fields(body)
-    query = fields.str("query", max_length=MAX_QUERY)
+    query, query_notice = _bounded_query(fields.str("query", max_length=BODY_BOUNDED))
     domain = fields.str("domain", max_length=200)
     raw_entity = fields.raw("entity")
-    limit = fields.int("limit", minimum=1, maximum=MAX_LIMIT)
+    limit, limit_notice = fields.clamped_int("limit", minimum=1, maximum=MAX_LIMIT)
     max_size = fields.int("maxResponseSize", minimum=MIN_RESPONSE_SIZE, maximum=MAX_RESPONSE_SIZE)
     include_hidden = fields.bool("includeHiddenPackages")
+    raw_cursor = fields.str("cursor", max_length=4_000)
     fields.reject_unknown()
     if domain is not None and not domain.strip():
         raise ValidationError("domain must not be empty; omit it to search every domain")
     entity = None
     if raw_entity is not None:
-        if query is not None or domain is not None:
-            raise ValidationError("entity cannot be combined with query or domain: look up refs, or search, in separate calls")
+        if query is not None or domain is not None or raw_cursor is not None:
+            raise ValidationError("entity cannot be combined with query, domain or cursor: look up refs, or search, in separate calls")
         entity = parse_entity_param(raw_entity)
-    return SearchRequest(query, domain.strip() if domain else None, entity, limit, max_size, include_hidden)
+    cursor = None
+    if raw_cursor is not None:
+        if domain is None:
+            raise ValidationError("cursor pages a domain listing: pass it with the same domain, as the listing's nextCursor gave it")
+        cursor = ListingCursor.decode(raw_cursor, domain.strip())
+    notices = tuple(n for n in (query_notice, limit_notice) if n)
+    return SearchRequest(query, domain.strip() if domain else None, entity, limit, max_size, include_hidden, cursor, notices)
+
+
+def _bounded_query(query: str | None) -> tuple[str | None, str | None]:
+    """The query as searched: over MAX_QUERY characters, its prefix cut at a word boundary, and the notice."""
+    return (None, None) if query is None else bounded_text(query, MAX_QUERY)
 
 
 @dataclass
@@ -122,7 +140,7 @@ class SearchContext:
 
 async def run_search(ctx: SearchContext) -> Answer:
     with ctx.clock.phase("rateLimit"):
-        exceeded = await ctx.engine.rate_limiter.check(ctx.caller)
+        exceeded = await ctx.engine.rate_limiter.check(ctx.caller, Surface.CATALOG)
     if exceeded is not None:
         return rate_limited_answer(exceeded)
     if ctx.request.entity is not None:
@@ -136,6 +154,8 @@ async def run_search(ctx: SearchContext) -> Answer:
     if row is not None:
         if not query or is_broad(query, builtins, row.id):
             return await domain_listing_answer(ctx, row)
+        if ctx.request.cursor is not None:
+            raise ValidationError("cursor pages a domain listing, and a query ranks the domain instead: drop cursor, or the query")
         return await ranked_answer(ctx, query, row)
     if is_broad(query, builtins, named_mcp.id if named_mcp else None):
         with ctx.clock.phase("rowAndRegistryLoad"):
@@ -192,20 +212,34 @@ async def entity_answer(ctx: SearchContext, refs: Sequence[tuple[str, EntityRef 
         first = failed[0]["error"]
         error = _error_of(first["code"], "every entity ref failed: " + "; ".join(f"{f['entity']}: {f['error']['message']}" for f in failed))
         doc["error"] = {"code": error.code, "message": error.message}
+        doc["nextStep"] = "Fix each ref as its error says, or search by task with search({ query }) to find refs that exist."
         return Answer(doc, status=error.status, error=error)
-    next_step = _entity_next_step(results)
-    if next_step:
-        doc["nextStep"] = next_step
+    doc["nextStep"] = _entity_next_step(results, ctx.engine.settings.runtime_name)
+    with_input_notices(ctx, doc)
     return Answer(doc)
 
 
-def _entity_next_step(results: Sequence[Mapping[str, Any]]) -> str | None:
-    for result in results:
-        if result.get("ok") and result.get("type") in ("capability", "package-export"):
-            return "Run the execute snippet with params matching the input type."
-        if result.get("ok") and result.get("type") == "mcp-server":
-            return f"Call a tool as kody.mcp[\"{result['title']}\"].<tool>(params), or open one with its capability ref."
-    return None
+def _entity_next_step(results: Sequence[Mapping[str, Any]], runtime: str) -> str:
+    """The answer's one next step: the first own step among the resolved items (a reconnect, an absorb, how to
+    call a capability), else one for the first item's type."""
+    resolved = [r for r in results if r.get("ok")]
+    own = next((r["nextStep"] for r in resolved if r.get("nextStep")), None)
+    if own:
+        return str(own)
+    first = resolved[0]
+    kind, ref = first.get("type"), first.get("entity")
+    if kind in ("capability", "package-export"):
+        return "Run the execute snippet with params matching the input type."
+    if kind == "mcp-server":
+        return f"Call a tool as {mcp_tool_accessor(str(first['title']), runtime=runtime)}.<tool>(params) from execute, or open one with its capability ref."
+    if kind == "package" and first.get("exports"):
+        return f'Open one export with search({{ entity: "{first["exports"][0]["entity"]}" }}) for its call contract.'
+    if first.get("tableOfContents"):
+        document = f"{first['package']}#{first['path']}" if kind == "package-file" else str(ref).split("#", 1)[0]
+        return f'Open one section with search({{ entity: "{document}#<slug>" }}), a slug from the contents above.'
+    if kind in ("integration", "secret"):
+        return "Use it by name inside execute: run one cheap call as a smoke test before building on it."
+    return "Use these details as they are, or search by task with search({ query }) for more."
 
 
 def _error_of(code: str, message: str) -> AgentSearchError:
@@ -231,19 +265,41 @@ def domain_index_answer(ctx: SearchContext, query: str, rows: Sequence[DomainRow
 
 
 async def domain_listing_answer(ctx: SearchContext, row: DomainRow) -> Answer:
+    """One page of the domain in curated order, from ``cursor`` on; ``nextCursor`` continues it.
+
+    A page that ``maxResponseSize`` trims is answered again with fewer entries, so the next cursor
+    starts right after the last entry shown and nothing is skipped."""
     with ctx.clock.phase("loadAndRank"):
         items = await list_domain(ctx.engine, ctx.caller, row.id)
-    shown = items[: ctx.request.limit or DEFAULT_LISTING]
-    results = render.cards([Scored(p, None, 0.0, 0.0) for p in shown])
+    cursor = ctx.request.cursor
+    rest = [p for p in items if listing_key(p) > cursor.after] if cursor is not None else items
+    shown = rest[: ctx.request.limit or DEFAULT_LISTING]
+    while True:
+        answer = fit(ctx, _listing_doc(row, len(items), shown, len(rest) - len(shown), cursor, runtime=ctx.engine.settings.runtime_name))
+        kept = len(answer.doc["results"])
+        if kept == len(shown):
+            return answer
+        shown = shown[:kept]
+
+
+def _listing_doc(row: DomainRow, total: int, shown: Sequence[Mapping[str, Any]], more: int, start: ListingCursor | None, *, runtime: str) -> dict[str, Any]:
+    """The listing document; ``more`` entries follow ``shown``, which began after ``start``."""
+    results = render.cards([Scored(p, None, 0.0, 0.0) for p in shown], runtime=runtime)
     for result in results:
         result.pop("score", None)
         result.pop("whyMatched", None)
-    doc: dict[str, Any] = {"kind": "domain-listing", "domain": row.id, "description": row.description, "total": len(items), "results": results}
-    if len(items) > len(shown):
-        doc["notices"] = [f"{len(items) - len(shown)} more capabilities in `{row.id}`; pass a larger limit or a query with this domain."]
+    resume = ListingCursor(row.id, listing_key(shown[-1])) if shown else start
+    next_cursor = resume.encode() if more and resume is not None else None
+    doc: dict[str, Any] = {"kind": "domain-listing", "domain": row.id, "description": row.description, "total": total, "results": results, "nextCursor": next_cursor}
+    if next_cursor:
+        doc["notices"] = [f'{more} more capabilities in `{row.id}`: pass cursor "{next_cursor}" with domain "{row.id}" for the next page.']
+    elif more:
+        doc["notices"] = [f"{more} more capabilities in `{row.id}` did not fit maxResponseSize; raise it to list them."]
     first = results[0]["entity"] if results else None
     doc["nextStep"] = f'Open one with search({{ entity: "{first}" }}) or call it from execute using its call shape.' if first else "This domain has no capabilities."
-    return fit(ctx, doc)
+    if next_cursor:
+        doc["nextStep"] += f' Next page: search({{ domain: "{row.id}", cursor: "{next_cursor}" }}).'
+    return doc
 
 
 # ---- exact package identity --------------------------------------------------------------------------------
@@ -262,11 +318,12 @@ async def exact_package_answer(ctx: SearchContext, query: str) -> Answer | None:
         if await lookup.user_record(ctx.engine, ctx.caller, Kind.MCP_SERVER, name) is not None:
             return None  # it also names a connected MCP server: rank so both appear together
     hit = Scored(package, None, 0.0, 1.0, (f"exact {identity.form}: {identity.ident}",), {"exact": True})
+    await _attach_absorb_steps(ctx.engine, [hit])
     doc: dict[str, Any] = {
         "kind": "exact-package",
         "query": query,
         "mode": "exact",
-        "results": render.cards([hit]),
+        "results": render.cards([hit], runtime=ctx.engine.settings.runtime_name),
         "nextStep": f'Open the package index with search({{ entity: "{package.get("entity")}" }}); for capabilities, describe the task instead.',
     }
     return fit(ctx, doc)
@@ -299,7 +356,7 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
         arranged = arrange_exports(candidates, q_terms, parents)
         if domain is None:
             arranged = await _pair_with_servers(engine, caller, arranged, ctx.request.include_hidden)
-        pool = arranged[: max(ctx.limit, RERANK_POOL)]
+        pool = arranged[: max(ctx.limit, RERANK_POOL_MAX)]  # the real pool, so one over 20 reaches the gate
     memories: list[dict[str, Any]] = []
     if domain is None:
         with ctx.clock.phase("memoryEnrichment"):
@@ -309,6 +366,7 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
     for hit in hits:
         hit.why = hit.why or why_matched(q_terms, hit.payload)
     _attach_extras(hits)
+    await _attach_absorb_steps(engine, hits)
     waiting: dict[str, Any] | None = None
     timed_out = False
     if domain is None:
@@ -321,7 +379,7 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
         "query": query,
         "domain": domain.id if domain else None,
         "mode": retrieval.mode,
-        "results": render.cards(hits),
+        "results": render.cards(hits, runtime=engine.settings.runtime_name),
         "memories": memories,
         "notices": list(retrieval.notices),
         "telemetry": {"jevRerank": result.telemetry},
@@ -436,11 +494,25 @@ def _waiting_block(items: Sequence[Mapping[str, Any]], caller: Caller) -> dict[s
         "items": list(items[:SHOWN_ITEMS]),
         "more": more,
         "total": len(items),
-        "summary": f"call waitingSummary for the full list, or open /@{caller.sub}/-/waiting",
+        "summary": WAITING_SUMMARY_STEP,
     }
 
 
+async def _attach_absorb_steps(engine: Engine, hits: Sequence[Scored]) -> None:
+    """The absorb step of outdated community forks (it names the platform's calls only where the catalog has them)."""
+    outdated = [h for h in hits if h.kind == Kind.PACKAGE.value and (h.payload.get("fork") or {}).get("listingAhead")]
+    if not outdated:
+        return
+    known = await lookup.known_capabilities(engine, lookup.ABSORB_CAPABILITIES)
+    for hit in outdated:
+        upstream = str((hit.payload.get("fork") or {}).get("upstream"))
+        hit.extras.setdefault("nextStep", lookup.absorb_step(upstream, runtime=engine.settings.runtime_name, known=known))
+
+
 def _ranked_next_step(results: Sequence[Mapping[str, Any]]) -> str:
+    """The answer's one next step: the top hit's own step when it has one (reconnect, absorb), else how to use it."""
+    if results and results[0].get("nextStep"):
+        return str(results[0]["nextStep"])
     if not results:
         return "Rephrase the query as a short task, or call search({}) for the domain index and search({ domain }) to list one domain."
     top = results[0]
@@ -454,8 +526,17 @@ def _ranked_next_step(results: Sequence[Mapping[str, Any]]) -> str:
 # ---- size ------------------------------------------------------------------------------------------------------
 
 
+def with_input_notices(ctx: SearchContext, doc: dict[str, Any]) -> None:
+    """Put the request's input notices (query cut, limit clamped) ahead of the answer's own, once."""
+    own = [n for n in doc.get("notices") or [] if n not in ctx.request.notices]
+    if ctx.request.notices:
+        doc["notices"] = [*ctx.request.notices, *own]
+
+
 def fit(ctx: SearchContext, doc: dict[str, Any]) -> Answer:
-    """Trim low-ranked results until the markdown fits ``maxResponseSize`` (memories and waiting stay)."""
+    """Trim low-ranked results until the markdown fits ``maxResponseSize`` (memories and waiting stay);
+    the notices about the request's own inputs come first."""
+    with_input_notices(ctx, doc)
     max_size = ctx.request.max_response_size
     if max_size is None:
         return Answer(doc)

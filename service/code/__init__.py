@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from service.code.cli import add_cli
 from service.code.jobs import index_workspace_job, warm_workspace_job
 from service.code.model import COLLECTION, SPEC, SURFACE_NAME
+from service.code.roots import mark_no_index
 from service.code.routes import routes
 from service.code.semantic import INDEX_JOB, WARM_JOB
 from service.engine.embeddings import EmbeddingUnavailable
@@ -27,7 +28,12 @@ if TYPE_CHECKING:
 
 
 async def on_open(engine: Engine) -> None:
-    """Create the default model's vector up front, so dense search works before the first embedding lands."""
+    """Mark the data and index directories as never indexed (any walk, of any deployment, prunes
+    them), and create the default model's vector up front, so dense search works before the first
+    embedding lands."""
+    for directory in (engine.settings.data_dir, engine.settings.index_dir):
+        if directory is not None:
+            mark_no_index(directory)
     try:
         embedder = engine.embedders.default
     except EmbeddingUnavailable:
@@ -43,6 +49,7 @@ SURFACE = SurfaceDef(
     on_open=on_open,
     add_cli=add_cli,
     jobs={INDEX_JOB: (index_workspace_job, True), WARM_JOB: (warm_workspace_job, True)},
+    bulk_embedding=True,
 )
 
 __all__ = ["SURFACE"]

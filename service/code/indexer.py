@@ -38,6 +38,7 @@ from service.code.model import (
     dirs_of,
     embed_text_of,
 )
+from service.code.roots import protected_dirs
 from service.code.trigram import TrigramIndex
 from service.code.walker import WalkedFile, WalkResult, walk
 from service.engine.analyzer import ANALYZER_VERSION
@@ -104,7 +105,7 @@ async def sync(engine: Engine, runtime: WorkspaceRuntime, *, deadline: float | N
     workspace = runtime.workspace
     # The service's skip_dirs apply to every workspace, beside the workspace's own.
     skip_dirs = (*engine.settings.skip_dirs, *workspace.search.skip_dirs)
-    walked = await asyncio.to_thread(walk, workspace.root, skip_dirs, engine.settings.max_file_bytes)
+    walked = await asyncio.to_thread(walk, workspace.root, skip_dirs, engine.settings.max_file_bytes, protected_dirs(engine.settings))
     known = runtime.cache.file_states()
     current = {f.path: f for f in walked.files}
     deleted = sorted(path for path in known if path not in current)
@@ -228,7 +229,11 @@ class _ChangeWriter:
         ids = {point_id(COLLECTION, c.key): c for c in added}
         existing = {p.id: p.payload for p in await store.retrieve(COLLECTION, list(ids))} if ids else {}
         state = PENDING if workspace.warm else COLD
-        fresh = [PointRecord(id=pid, payload=chunk_payload(workspace.id, workspace.tenant, workspace.embed_model, c, state)) for pid, c in ids.items() if pid not in existing]
+        fresh = [
+            PointRecord(id=pid, payload=chunk_payload(workspace.id, workspace.tenant, workspace.embed_model, c, state, workspace.search.embeddings_dimensions))
+            for pid, c in ids.items()
+            if pid not in existing
+        ]
         if fresh:
             await store.upsert(COLLECTION, fresh)
         relined = [*moved, *(c for pid, c in ids.items() if pid in existing)]
@@ -258,8 +263,12 @@ class _ChangeWriter:
             self._trigram = None
 
 
-def chunk_payload(workspace_id: str, tenant: str, embed_model: str | None, chunk: CachedChunk, state: str) -> dict[str, Any]:
-    """The payload of a new chunk point: the record fields and the code surface's own."""
+def chunk_payload(
+    workspace_id: str, tenant: str, embed_model: str | None, chunk: CachedChunk, state: str, embed_dimensions: int | None = None
+) -> dict[str, Any]:
+    """The payload of a new chunk point: the record fields and the code surface's own.
+    ``embed_dimensions``: the workspace's ``embeddings_dimensions``, which background embedding
+    asks of the model (the same size its searches query)."""
     payload: dict[str, Any] = {
         "tenant": tenant,
         "kind": RECORD_KIND,
@@ -281,6 +290,8 @@ def chunk_payload(workspace_id: str, tenant: str, embed_model: str | None, chunk
         payload["pending_since"] = int(time.time())  # the sweeper re-enqueues it once this is old
     if embed_model:
         payload["embed_model"] = embed_model
+    if embed_dimensions:
+        payload["embed_dimensions"] = embed_dimensions
     return payload
 
 
@@ -296,7 +307,7 @@ async def enqueue_embedding(engine: Engine, items: Sequence[tuple[str, str]]) ->
     for start in range(0, len(items), size):
         batch = [list(item) for item in items[start : start + size]]
         job_id = f"{engine.queue.names.prefix}:embed:{SURFACE_NAME}:{uuid.uuid4().hex}"
-        ok = await engine.queue.enqueue("embed_records", COLLECTION, batch, job_id=job_id) is not None and ok
+        ok = await engine.queue.enqueue("embed_records", COLLECTION, batch, job_id=job_id, bulk=True) is not None and ok
     return ok
 
 

@@ -17,6 +17,7 @@ from service.code.semantic import IndexNotComplete, index_workspace, warm
 from service.engine.queue import node_local
 from service.engine.runtime import Engine
 from service.engine.store import StoreError
+from service.errors import WorkspaceBroken, WorkspaceMissing
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ async def index_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[st
         return await index_workspace(engine, workspace_id, deadline=_deadline(engine))
     except (IndexNotComplete, StoreError) as exc:
         raise _retry(ctx, workspace_id, exc) from exc
+    except (WorkspaceMissing, WorkspaceBroken) as exc:
+        return _unusable(workspace_id, exc)
 
 
 @node_local
@@ -52,3 +55,11 @@ async def warm_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[str
         return {"queued": await warm(engine, workspace_id, deadline=_deadline(engine))}
     except (IndexNotComplete, StoreError) as exc:
         raise _retry(ctx, workspace_id, exc) from exc
+    except (WorkspaceMissing, WorkspaceBroken) as exc:
+        return _unusable(workspace_id, exc)
+
+
+def _unusable(workspace_id: str, exc: WorkspaceMissing | WorkspaceBroken) -> dict[str, int]:
+    """A root that is gone or a cache that cannot be opened: retrying cannot help; its status says what to do."""
+    log.warning("workspace job skipped", extra={"workspace": workspace_id, "reason": exc.code})
+    return {exc.code: 1}

@@ -5,40 +5,42 @@ plus the chunks holding the query as a literal (case-insensitive; found through 
 index and verified), which rank first. Inside each chunk, the lines that hold the literal, or
 else the most query terms, are the line-level matches shown as ``path:line:snippet``.
 
-Regex: the trigram index proposes candidate chunks (or none can be required: every chunk in
-scope), ``find_line_matches`` verifies each within the time budget, in path and line order as
-``grep -rn`` prints them.
+Regex: the trigram index proposes candidate files (or none can be required: every file in
+scope), and Python's ``re`` matches each candidate's whole text, read from the workspace, in a
+matching process (``rematch.py``) that is killed when the time budget runs out: ``re`` can be
+neither interrupted nor kept from holding the GIL, a separate process is both. Lines come in path
+and line order, as ``grep -rn`` prints them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import itertools
+import json
 import re
+import sys
 import time
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-import regex
-
+from service.code import rematch
 from service.code.cache import CachedChunk
 from service.code.model import COLLECTION
 from service.code.runtime import WorkspaceRuntime
 from service.code.scope import Scope
-from service.code.trigram import RegexTimeout, find_line_matches
 from service.engine.analyzer import analyze, query_terms
 from service.engine.store import Filter, Store
 
 LITERAL_CANDIDATES = 2_000
 REGEX_CANDIDATES = 20_000
-INLINE_MATCH_S = 0.05  # a file's regex match runs on the event loop this long at most
-# Matches that outlast the inline slice (hostile patterns, huge files) share these threads, not
-# the default pool, where model encodes, walks and index commits run: a burst of hostile regexes
-# queues behind itself (each still stops at its own deadline) and never holds up a query embedding.
-REGEX_THREADS = 2
-_REGEX_POOL = ThreadPoolExecutor(max_workers=REGEX_THREADS, thread_name_prefix="agentsearch-regex")
+# Matching processes at once per event loop: a burst of hostile regexes queues behind itself (each
+# still stops at its own deadline, time queued included) and leaves the other cores to the rest.
+REGEX_PROCESSES = 2
+MATCHER_LINE_BYTES = 32 << 20  # one file's answer line (at most limit + 1 lines of 4 KiB, JSON-escaped)
+_MATCHER = Path(rematch.__file__)
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 _WORD = re.compile(r"\w+")
 
@@ -161,102 +163,142 @@ def anchor_line(chunk: CachedChunk) -> tuple[int, str]:
 
 @dataclass(frozen=True)
 class LineMatch:
-    chunk: CachedChunk
+    """A line where a match starts; ``chunk`` is the chunk holding that line (None: a blank line
+    between chunks, or a file changed since it was indexed)."""
+
+    path: str
     line: int
     text: str
+    chunk: CachedChunk | None
 
 
 @dataclass
 class RegexOutcome:
     matches: list[LineMatch] = field(default_factory=list)
-    chunks_scanned: int = 0
-    candidates: int | None = None  # None: no trigram could be required, every chunk was scanned
+    files_scanned: int = 0
+    candidates: int | None = None  # None: no trigram could be required, every file was scanned
     timed_out: bool = False
     truncated: bool = False
+    error: str | None = None
+
+
+@dataclass
+class MatchRun:
+    """What a matching process answered: per file index its lines, and how far it got."""
+
+    found: list[tuple[int, list[tuple[int, str]]]] = field(default_factory=list)
+    scanned: int = 0
+    timed_out: bool = False
+    error: str | None = None
 
 
 async def regex_search(
-    runtime: WorkspaceRuntime, scope: Scope, compiled: regex.Pattern[str], pattern: str, *, ignore_case: bool, limit: int, budget_s: float
+    runtime: WorkspaceRuntime,
+    scope: Scope,
+    compiled: re.Pattern[str],
+    *,
+    limit: int,
+    budget_s: float,
+    max_file_bytes: int,
 ) -> RegexOutcome:
-    """Lines matching ``compiled`` in scope, in path and line order, at most ``limit``, within ``budget_s``.
-
-    The chunks of a file are matched together, laid out on their own lines (one regex call per
-    file, not per chunk: the per-call overhead dominates a scan), so line numbers are the file's."""
+    """Lines matching ``compiled`` in scope, in path and line order, at most ``limit``, within ``budget_s``."""
     outcome = RegexOutcome()
     deadline = time.monotonic() + budget_s
-    keys = runtime.trigram.candidates_regex(pattern, REGEX_CANDIDATES, ignore_case=ignore_case)
-    rows: Iterable[tuple[str, int, int, str]]
-    known: dict[str, list[CachedChunk]] = {}
-    if keys is not None and len(keys) < REGEX_CANDIDATES:
-        outcome.candidates = len(keys)
-        chunks = sorted(runtime.cache.by_keys(keys).values(), key=lambda c: (c.path, c.start_line))
-        for chunk in chunks:
-            known.setdefault(chunk.path, []).append(chunk)
-        rows = ((c.path, c.start_line, c.end_line, c.text) for c in chunks)
-    else:
-        # Every chunk in scope: light rows, and whole chunks only for the files that match.
-        rows = (row for batch in runtime.cache.iter_layouts(scope.prefix) for row in batch)
-    last_yield = time.monotonic()
-    for path, group in itertools.groupby(rows, key=lambda row: row[0]):
-        if not scope.contains(path):
-            continue
-        layout = [(start, end, text) for _, start, end, text in group]
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            outcome.timed_out = True
-            return outcome
-        outcome.chunks_scanned += len(layout)
-        found, outcome.timed_out = await _file_matches(compiled, _file_text(layout), limit - len(outcome.matches) + 1, deadline)
-        if found:
-            file_chunks = known.get(path) or runtime.cache.chunks_of([path]).get(path, [])
-            outcome.matches.extend(LineMatch(_chunk_at(file_chunks, line), line, text) for line, text in found)
-        if len(outcome.matches) > limit:
-            outcome.matches = outcome.matches[:limit]
-            outcome.truncated = True
-            return outcome
-        if outcome.timed_out:
-            return outcome
-        if time.monotonic() - last_yield > 0.01:
-            await asyncio.sleep(0)  # a long scan lets other requests run
-            last_yield = time.monotonic()
+    ignore_case = bool(compiled.flags & re.IGNORECASE)
+    candidates = runtime.trigram.candidate_paths(compiled.pattern, REGEX_CANDIDATES, ignore_case=ignore_case)
+    paths = [path for path in runtime.cache.paths() if scope.contains(path)]
+    if candidates is not None:
+        outcome.candidates = len(candidates)
+        paths = [path for path in paths if path in candidates]
+    if not paths:
+        return outcome
+    request = {
+        "pattern": compiled.pattern,
+        "flags": int(compiled.flags),
+        "root": str(runtime.workspace.root),
+        "max_bytes": max_file_bytes,
+        "max_matches": limit + 1,
+        "files": [{"path": path} for path in paths],
+    }
+    run = await run_matcher(request, deadline)
+    outcome.files_scanned, outcome.timed_out, outcome.error = run.scanned, run.timed_out, run.error
+    matched = [paths[index] for index, _ in run.found]
+    chunks = runtime.cache.chunks_of(matched)
+    for index, lines in run.found:
+        path = paths[index]
+        outcome.matches.extend(LineMatch(path, line, text, _chunk_at(chunks.get(path, []), line)) for line, text in lines)
+    if len(outcome.matches) > limit:
+        outcome.matches = outcome.matches[:limit]
+        outcome.truncated = True
     return outcome
 
 
-async def _file_matches(compiled: regex.Pattern[str], text: str, max_matches: int, deadline: float) -> tuple[list[tuple[int, str]], bool]:
-    """One file's matching lines and whether the budget ran out. A file matches inline for
-    ``INLINE_MATCH_S`` at most; past that (a hostile pattern, a huge file) it is matched again in a
-    thread with the GIL released, so one slow regex never stalls the other requests."""
-    remaining = deadline - time.monotonic()
+async def run_matcher(request: dict[str, Any], deadline: float) -> MatchRun:
+    """Run one request (``rematch.py``'s protocol) in a matching process; past ``deadline`` the
+    process is killed and the files it answered stay answered."""
+    run = MatchRun()
+    slots = _slots()
     try:
-        return find_line_matches(compiled, text, max_matches, min(remaining, INLINE_MATCH_S)), False
-    except RegexTimeout as exc:
-        if remaining <= INLINE_MATCH_S:
-            return exc.partial, True
+        await asyncio.wait_for(slots.acquire(), timeout=max(deadline - time.monotonic(), 0.0))
+    except TimeoutError:
+        run.timed_out = True
+        return run
     try:
-        found = await asyncio.get_running_loop().run_in_executor(_REGEX_POOL, _match_until, compiled, text, max_matches, deadline)
-    except RegexTimeout as exc:
-        return exc.partial, True
-    return found, False
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            str(_MATCHER),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            limit=MATCHER_LINE_BYTES,
+        )
+        try:
+            await asyncio.wait_for(_converse(process, request, run), timeout=max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            run.timed_out = True
+        finally:
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
+    finally:
+        slots.release()
+    return run
 
 
-def _match_until(compiled: regex.Pattern[str], text: str, max_matches: int, deadline: float) -> list[tuple[int, str]]:
-    """``find_line_matches`` in a regex thread, timed from when the thread takes it: time spent
-    queued behind other matches counts against the same deadline."""
-    return find_line_matches(compiled, text, max_matches, deadline - time.monotonic(), release_gil=True)
+async def _converse(process: asyncio.subprocess.Process, request: dict[str, Any], run: MatchRun) -> None:
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps(request).encode())
+    await process.stdin.drain()
+    process.stdin.close()
+    while True:
+        line = await process.stdout.readline()
+        if not line:
+            run.error = "the matching process ended early"
+            return
+        message = json.loads(line)
+        if message.get("done"):
+            return
+        if "error" in message:
+            run.error = str(message["error"])
+            return
+        run.scanned += 1
+        if message.get("lines"):
+            run.found.append((int(message["i"]), [(int(number), str(text)) for number, text in message["lines"]]))
 
 
-def _file_text(layout: list[tuple[int, int, str]]) -> str:
-    """A file's chunks ``(start_line, end_line, text)`` on their own line numbers (lines outside every chunk are blank)."""
-    lines: list[str] = []
-    next_line = 1
-    for start_line, end_line, text in layout:
-        lines.extend([""] * (start_line - next_line))
-        lines.append(text)
-        next_line = end_line + 1
-    return "\n".join(lines)
+def _slots() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(REGEX_PROCESSES)
+    return slots
 
 
-def _chunk_at(chunks: list[CachedChunk], line: int) -> CachedChunk:
-    """The chunk holding ``line`` (chunks are in line order)."""
+def _chunk_at(chunks: list[CachedChunk], line: int) -> CachedChunk | None:
+    """The chunk holding ``line`` (chunks are in line order); None when no chunk holds it."""
     index = bisect.bisect_right([c.start_line for c in chunks], line) - 1
-    return chunks[max(index, 0)]
+    if index < 0 or chunks[index].end_line < line:
+        return None
+    return chunks[index]

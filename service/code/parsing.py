@@ -12,17 +12,21 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from service.code.roots import check_not_protected, protected_dirs, resolve_local_root
 from service.code.workspace import SearchConfig
 from service.engine.embeddings import LOCAL_PROVIDER
-from service.errors import PathOutsideWorkspace, ValidationError
+from service.errors import ValidationError
 from service.settings import DEFAULT_MODEL, Settings, is_directory_name
-from service.validation import Fields
+from service.validation import BODY_BOUNDED, Fields, bounded_text
 
+# A longer word query is searched by its first MAX_QUERY_CHARS characters, cut at a word boundary,
+# with a notice; a longer regex is refused (a cut pattern is another pattern).
 MAX_QUERY_CHARS = 1_000
-MAX_LIMIT = 200
+MAX_LIMIT = 200  # a larger limit is clamped to it, with a notice
 DEFAULT_LIMIT = 20
 MAX_PATH_CHARS = 4_096
 _LOCAL_DIMENSIONS = {DEFAULT_MODEL: 384}
+STORE_DIR = "index"  # the embedded store's directory under the data directory
 
 
 class Mode(StrEnum):
@@ -46,11 +50,13 @@ class SearchRequest:
     regex: bool = False
     ignore_case: bool = False
     limit: int = DEFAULT_LIMIT
+    # What parsing changed in the request (a query cut to its prefix, a limit clamped): the answer's first notices.
+    notices: tuple[str, ...] = ()
 
 
 def parse_search_body(data: Any) -> SearchRequest:
     fields = Fields(data)
-    query = fields.str("query", required=True, max_length=MAX_QUERY_CHARS, non_empty=True)
+    query = fields.str("query", required=True, max_length=BODY_BOUNDED, non_empty=True)
     path = fields.str("path", max_length=MAX_PATH_CHARS)
     glob = fields.str("glob", max_length=MAX_PATH_CHARS)
     mode = fields.str("mode", default=Mode.HYBRID.value, max_length=20)
@@ -58,9 +64,13 @@ def parse_search_body(data: Any) -> SearchRequest:
         raise ValidationError(f"mode must be one of {', '.join(PUBLIC_MODES)}, got {mode!r}")
     regex = fields.bool("regex")
     ignore_case = fields.bool("ignore_case")
-    limit = fields.int("limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
+    limit, limit_notice = fields.clamped_int("limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
     fields.reject_unknown()
-    return SearchRequest(query=query, path=path, glob=glob, mode=Mode(mode), regex=regex, ignore_case=ignore_case, limit=limit)
+    if regex and len(query) > MAX_QUERY_CHARS:
+        raise ValidationError(f"query is {len(query):,} characters; a regex may have at most {MAX_QUERY_CHARS:,} (a cut pattern would be another pattern): shorten it")
+    query, query_notice = bounded_text(query, MAX_QUERY_CHARS)
+    notices = tuple(n for n in (query_notice, limit_notice) if n)
+    return SearchRequest(query=query, path=path, glob=glob, mode=Mode(mode), regex=regex, ignore_case=ignore_case, limit=limit, notices=notices)
 
 
 def parse_register_body(data: Any, settings: Settings) -> tuple[str, SearchConfig]:
@@ -134,45 +144,46 @@ def check_model(model: str, dimensions: int | None, settings: Settings) -> None:
 
 
 def check_index_dir(index_dir: Path, settings: Settings) -> None:
-    """An HTTP caller may only put a cache under the data directory, the service's index_dir or an allowed workspace base."""
-    resolved = index_dir.expanduser().resolve()
-    configured = [settings.data_dir, *([settings.index_dir] if settings.index_dir is not None else []), *settings.allowed_roots]
-    bases = [base.resolve() for base in configured]
-    if not any(resolved == base or base in resolved.parents for base in bases):
+    """A caller's cache lives under the data directory or the service's ``index_dir`` (never in
+    someone's tree, never in the embedded store's directory), in a directory or where one can be made."""
+    resolved = _real(index_dir.expanduser())
+    data_dir = _real(settings.data_dir)
+    places = [data_dir, *([_real(settings.index_dir)] if settings.index_dir is not None else [])]
+    if not any(resolved == place or place in resolved.parents for place in places):
+        service_index = str(settings.index_dir) if settings.index_dir is not None else "unset"
         raise ValidationError(
-            f"search.index_dir {str(index_dir)!r} must lie under the data directory, the service's index_dir "
-            "or an allowed workspace base directory"
+            f"search.index_dir {str(index_dir)!r} must lie under the data directory ({settings.data_dir}) or the "
+            f"service's index_dir ({service_index}); omit it to keep the cache beside the workspace's registry entry"
         )
+    store = data_dir / STORE_DIR
+    if resolved == store or store in resolved.parents or (settings.qdrant_path is not None and _real(settings.qdrant_path) in (resolved, *resolved.parents)):
+        raise ValidationError(f"search.index_dir {str(index_dir)!r} is inside the embedded store's directory; name another directory")
+    if not _is_or_can_be_directory(resolved):
+        raise ValidationError(f"search.index_dir {str(index_dir)!r} is not a directory (a file is in the way); name a directory")
+
+
+def _is_or_can_be_directory(path: Path) -> bool:
+    """Whether ``path`` is a directory, or its nearest existing ancestor is one (it can be made)."""
+    try:
+        existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
+        return existing.is_dir()
+    except OSError:  # a name longer than the file system allows, ...
+        return False
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.absolute().resolve()
+    except (RuntimeError, OSError):  # a symlink loop: compared as written, which lies under no allowed place
+        return path.absolute()
 
 
 def resolve_root(raw: str, settings: Settings, *, trusted: bool = False) -> Path:
-    """The real path of a workspace root, which must be a directory under an allowed base.
-
-    ``trusted`` (the local CLI) skips the allowed-base check: its caller owns the machine."""
-    if "\0" in raw:
-        raise ValidationError("root contains a NUL byte")
-    expanded = os.path.expanduser(raw)
-    if not os.path.isabs(expanded):
-        raise ValidationError(f"root {raw!r} must be an absolute path")
-    try:
-        resolved = Path(expanded).resolve()  # symlinks and '..' resolved before the check below
-    except (RuntimeError, OSError):  # Python 3.11 reports a symlink loop as RuntimeError, later ones as OSError
-        raise ValidationError(f"root {raw!r} is a symlink loop; register a real directory") from None
+    """The real path of a workspace root named by the machine's owner (``trusted``: the CLI, the
+    stdio MCP server): any directory but the service's own. A caller's root is resolved against
+    its own bases by ``registration.register_workspace``."""
     if not trusted:
-        bases = [base.resolve() for base in settings.allowed_roots]
-        if not bases:
-            raise PathOutsideWorkspace(
-                "no allowed workspace base directories are configured; the operator sets AGENTSEARCH_ALLOWED_ROOTS or --allow-root"
-            )
-        if not any(resolved == base or base in resolved.parents for base in bases):
-            raise PathOutsideWorkspace(
-                f"root {raw!r} is not under an allowed workspace base directory (symlinks and '..' are resolved first); "
-                "register a directory inside one"
-            )
-    try:
-        is_dir = resolved.is_dir()
-    except OSError as exc:  # a name longer than the file system allows, ...
-        raise ValidationError(f"root {raw!r} is not an existing directory ({exc.strerror})") from None
-    if not is_dir:
-        raise ValidationError(f"root {raw!r} is not an existing directory")
-    return resolved
+        raise ValueError("a caller's root is resolved against its bases: use service.code.registration.register_workspace")
+    root = resolve_local_root(raw)
+    check_not_protected(raw, root, protected_dirs(settings), may_hold=True)
+    return root

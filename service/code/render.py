@@ -1,9 +1,11 @@
 """Rendering a code search: text-first output lines, structured results, and ANSI colors for a terminal.
 
-Seed 002: lexical mode returns ``path:line:snippet``; hybrid mode prefixes each result with
-``[lexical]``, ``[semantic]`` or ``[merged]``. Notices follow the results as ``notice: ...``
-lines, and also come back in ``notices``; the rest (mode used, source mix, match counts) is
-structured metadata.
+Every result line of ``output`` is ``path:line:snippet``, in every mode, so a caller parses one
+format. In hybrid mode the pass that found each result (``lexical``, ``semantic`` or ``merged``)
+is each result's ``source`` and the answer's ``meta.source_mix``, not a prefix on the line that
+would break that format; a terminal (the CLI) shows it as a colored tag. Notices follow the
+results as ``notice: ...`` lines, and also come back in ``notices``; the rest (mode used, source
+mix, match counts) is structured metadata.
 """
 
 from __future__ import annotations
@@ -61,41 +63,46 @@ def _line(hit: ChunkHit, line: int, text: str, source: str) -> ResultLine:
     return ResultLine(chunk.path, line, snippet(text), source, hit.score, chunk.start_line, chunk.end_line, chunk.symbol, chunk.kind, hit.category, hit.weight)
 
 
-def lexical_lines(hits: Sequence[ChunkHit], query: QueryText, limit: int) -> list[ResultLine]:
-    """Lexical mode: up to ``MAX_LINES_PER_CHUNK`` matching lines per chunk, best chunks first."""
+def lexical_lines(hits: Sequence[ChunkHit], query: QueryText, limit: int) -> tuple[list[ResultLine], int]:
+    """Lexical mode: up to ``MAX_LINES_PER_CHUNK`` matching lines per chunk, best chunks first,
+    at most ``limit``; and how many lines all the hits hold (what a larger limit would show)."""
     lines: list[ResultLine] = []
+    available = 0
     for hit in hits:
         found = matching_lines(hit.chunk, query, MAX_LINES_PER_CHUNK) or [anchor_line(hit.chunk)]
         hit.lines = found
-        for line, text in found:
+        available += len(found)
+        for line, text in found[: max(limit - len(lines), 0)]:
             lines.append(_line(hit, line, text, "lexical"))
-            if len(lines) >= limit:
-                return lines
-    return lines
+    return lines, available
 
 
-def hybrid_lines(hits: Sequence[ChunkHit], query: QueryText, limit: int) -> list[ResultLine]:
-    """Hybrid mode: one line per chunk, its best lexical line or else the line that names it."""
+def hybrid_lines(hits: Sequence[ChunkHit], query: QueryText, limit: int) -> tuple[list[ResultLine], int]:
+    """Hybrid mode: one line per chunk, its best lexical line or else the line that names it; and
+    how many chunks were found (what a larger limit would show)."""
     lines: list[ResultLine] = []
     for hit in hits[:limit]:
         found = matching_lines(hit.chunk, query, 1) or [anchor_line(hit.chunk)]
         hit.lines = found
         line, text = found[0]
         lines.append(_line(hit, line, text, hit.source))
-    return lines
+    return lines, len(hits)
 
 
 def regex_lines(matches: Sequence[LineMatch]) -> list[ResultLine]:
+    """One result per matching line; a line outside every chunk (a blank line) is its own span."""
     lines = []
     for match in matches:
-        category, weight = path_category(match.chunk.path)
+        category, weight = path_category(match.path)
         chunk = match.chunk
-        lines.append(ResultLine(chunk.path, match.line, snippet(match.text), "lexical", 1.0, chunk.start_line, chunk.end_line, chunk.symbol, chunk.kind, category, weight))
+        start, end, symbol, kind = (chunk.start_line, chunk.end_line, chunk.symbol, chunk.kind) if chunk else (match.line, match.line, None, "line")
+        lines.append(ResultLine(match.path, match.line, snippet(match.text), "lexical", 1.0, start, end, symbol, kind, category, weight))
     return lines
 
 
-def output_text(lines: Sequence[ResultLine], *, tagged: bool, notices: Sequence[str]) -> str:
-    rows = [f"[{r.source}] {r.path}:{r.line}:{r.snippet}" if tagged else f"{r.path}:{r.line}:{r.snippet}" for r in lines]
+def output_text(lines: Sequence[ResultLine], *, notices: Sequence[str]) -> str:
+    """``path:line:snippet`` per result (every mode), ``no matches`` when none, then ``notice:`` lines."""
+    rows = [f"{r.path}:{r.line}:{r.snippet}" for r in lines]
     if not rows:
         rows.append("no matches")
     rows.extend(f"notice: {notice}" for notice in notices)

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from service.code.parsing import parse_register_body, parse_search_body, resolve_root
+from service.code.parsing import parse_search_body
+from service.code.registration import register_workspace
 from service.code.runtime import workspaces_of
 from service.code.search import SearchAnswer, check_regex, check_scope, search_workspace
-from service.code.semantic import schedule_indexing
 from service.middleware import caller_of, record_timing
+from service.ratelimit import Surface
 from service.state import ENGINE
 from service.validation import read_json
 
@@ -32,18 +33,9 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 @routes.post("/v1/workspaces")
-async def register_workspace(request: web.Request) -> web.Response:
-    """Register a root under an allowed base (201), or update the settings of one already registered (200)."""
-    engine = request.app[ENGINE]
-    caller = caller_of(request)
-    raw_root, config = parse_register_body(await read_json(request), engine.settings)
-    root = resolve_root(raw_root, engine.settings)
-    workspaces = workspaces_of(engine)
-    workspace, created = await workspaces.register(caller.user_tenant, root, config)
-    # The build (and the prewarm) run in the index job; the first search also revalidates inline.
-    await schedule_indexing(engine, workspace, always=True)
-    body = await workspaces.status(workspace)
-    body["created"] = created
+async def register(request: web.Request) -> web.Response:
+    """Register a root under one of the caller's bases (201), or update the settings of one already registered (200)."""
+    body, created = await register_workspace(request.app[ENGINE], caller_of(request), await read_json(request))
     return _json(body, status=201 if created else 200)
 
 
@@ -91,9 +83,10 @@ async def search_for_caller(
     """Validate a search body against ``workspace``, count it against the caller's rate limit, search
     within ``deadline_s`` (default: the request deadline) (this route and the MCP ``code_search`` tool)."""
     search_request = parse_search_body(body)
+    workspaces_of(engine).require_root(workspace)  # a root that is gone is a 409, not a scope that does not exist
     check_scope(workspace, search_request)  # bad input is refused before the rate limit counts it
     check_regex(search_request)
-    exceeded = await engine.rate_limiter.check(caller)
+    exceeded = await engine.rate_limiter.check(caller, Surface.CODE)
     if exceeded is not None:
         raise exceeded.error()
     deadline_s = engine.settings.request_deadline_s if deadline_s is None else deadline_s

@@ -5,15 +5,24 @@ CLI share it, so the in-process worker and the front end see the same caches and
 workspace is revalidated against its tree at most every ``settings.revalidate_interval_s``
 (seed 002: 10 s); one revalidation at a time per workspace (an asyncio lock: a search that finds
 one running waits briefly, then searches what is indexed, with a notice).
+
+A workspace whose root was deleted (or replaced by a file) is ``missing``: its status says so and a
+search answers 409 before it reads anything indexed. One whose cache cannot be opened (its
+directory replaced by a file, an unreadable database) is ``broken``: its status says so, a search
+answers 409, and deleting it always works.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import shutil
+import sqlite3
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 from service.code.cache import ChunkCache
 from service.code.indexer import Progress, SyncReport, enqueue_embedding, rebuild_trigram, sync
 from service.code.model import COLD, COLLECTION
+from service.code.roots import mark_no_index
 from service.code.trigram import IndexLocked, TrigramIndex
 from service.code.workspace import SearchConfig, Workspace, WorkspaceRegistry, new_workspace, with_search
 from service.engine.records import DONE, PENDING
 from service.engine.store import Filter, Match, StoreError, point_id
-from service.errors import NotFound
+from service.errors import NotFound, WorkspaceBroken, WorkspaceMissing
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -34,6 +44,7 @@ log = logging.getLogger(__name__)
 
 TRIGRAM_DIR = "trigram"
 QUEUE_PAGE = 1_024
+MISSING, BROKEN = "missing", "broken"
 
 
 @dataclass
@@ -52,8 +63,13 @@ class WorkspaceRuntime:
         self.workspace = workspace
         self.cache_dir = cache_dir
         self.cache = ChunkCache(cache_dir)
+        mark_no_index(cache_dir)  # no walk reads a cache, wherever it lives
         self.trigram_dir = cache_dir / TRIGRAM_DIR
-        self.trigram = TrigramIndex.open(self.trigram_dir, writable=False)
+        try:
+            self.trigram = TrigramIndex.open(self.trigram_dir, writable=False)
+        except BaseException:
+            self.cache.close()
+            raise
         self.lock = asyncio.Lock()
         self.last_sync_at: float | None = None
         self.last_report: SyncReport | None = None
@@ -76,6 +92,12 @@ class Workspaces:
         self.registry = WorkspaceRegistry(engine.settings.data_dir)
         self._runtimes: dict[str, WorkspaceRuntime] = {}
         self._opening = asyncio.Lock()
+        # One registration at a time: the ownership checks and the save are one step.
+        self.registering = asyncio.Lock()
+        # Per owner tenant, when its recent registrations happened (``registration.py``'s quota).
+        self.registrations: dict[str, deque[float]] = {}
+        # Workspaces whose cache failed to open, and why (the status and the dashboard show it).
+        self.broken: dict[str, str] = {}
 
     # ---- registry ----------------------------------------------------------------------------
 
@@ -86,9 +108,11 @@ class Workspaces:
             raise NotFound(f"no workspace {workspace_id!r}; register one with POST /v1/workspaces")
         return workspace
 
-    async def register(self, tenant: str, root: Path, search: SearchConfig) -> tuple[Workspace, bool]:
+    async def register(
+        self, tenant: str, root: Path, search: SearchConfig, *, base: str | None = None, base_kind: str | None = None
+    ) -> tuple[Workspace, bool]:
         """Register ``root`` for ``tenant`` (or update its settings); True when it is new."""
-        fresh = new_workspace(tenant, root, search)
+        fresh = new_workspace(tenant, root, search, base, base_kind)
         existing = self.registry.get(fresh.id)
         if existing is None:
             self.registry.save(fresh)
@@ -104,9 +128,13 @@ class Workspaces:
         return updated, False
 
     async def delete(self, workspace: Workspace) -> None:
+        """Remove the workspace, its points and its cache; works on a broken one too."""
         await self.reset_index(workspace)
         self.registry.delete(workspace.id)
-        shutil.rmtree(workspace.cache_dir(self.engine.settings), ignore_errors=True)
+        self.broken.pop(workspace.id, None)
+        cache_dir = workspace.cache_dir(self.engine.settings)
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        self._remove_stray_file(cache_dir)
         shutil.rmtree(self.engine.settings.data_dir / "workspaces" / workspace.id, ignore_errors=True)
 
     async def reset_index(self, workspace: Workspace) -> None:
@@ -118,9 +146,43 @@ class Workspaces:
         await self.engine.store.delete_by_filter(COLLECTION, workspace_filter(workspace))
         cache_dir = workspace.cache_dir(self.engine.settings)
         shutil.rmtree(cache_dir / TRIGRAM_DIR, ignore_errors=True)
-        (cache_dir / "chunks.sqlite").unlink(missing_ok=True)
-        for suffix in ("-wal", "-shm"):
-            (cache_dir / f"chunks.sqlite{suffix}").unlink(missing_ok=True)
+        for name in ("chunks.sqlite", "chunks.sqlite-wal", "chunks.sqlite-shm"):
+            with contextlib.suppress(OSError):  # a cache directory replaced by a file: nothing of ours is under it
+                (cache_dir / name).unlink(missing_ok=True)
+
+    def _remove_stray_file(self, cache_dir: Path) -> None:
+        """A file where the cache directory should be is removed when it is ours: named by the
+        workspace id, under the data directory or the service's index_dir."""
+        settings = self.engine.settings
+        places = [settings.data_dir, *([settings.index_dir] if settings.index_dir is not None else [])]
+        with contextlib.suppress(OSError):
+            real = cache_dir.parent.resolve() / cache_dir.name
+            if real.is_file() and not real.is_symlink() and any(place.resolve() in real.parents for place in places):
+                real.unlink()
+
+    # ---- health ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def root_exists(workspace: Workspace) -> bool:
+        """Whether the registered directory is still there as itself: a root swapped for a link
+        (into another tree, the data directory) is as gone as a deleted one."""
+        try:
+            return workspace.root.is_dir() and os.path.realpath(workspace.root) == str(workspace.root)
+        except OSError:
+            return False
+
+    def problem(self, workspace: Workspace) -> tuple[str, str] | None:
+        """``(missing|broken, what to do)`` when the workspace cannot be searched, as last seen here."""
+        if not self.root_exists(workspace):
+            return MISSING, missing_message(workspace)
+        if workspace.id in self.broken:
+            return BROKEN, self.broken[workspace.id]
+        return None
+
+    def require_root(self, workspace: Workspace) -> None:
+        """409 when the workspace's root is gone: nothing indexed from it is served any more."""
+        if not self.root_exists(workspace):
+            raise WorkspaceMissing(missing_message(workspace))
 
     def _update_runtime(self, workspace: Workspace) -> None:
         runtime = self._runtimes.get(workspace.id)
@@ -146,9 +208,23 @@ class Workspaces:
         async with self._opening:
             runtime = self._runtimes.get(workspace.id)
             if runtime is None:
-                runtime = WorkspaceRuntime(workspace, workspace.cache_dir(self.engine.settings))
-                await self._heal(runtime)
+                runtime = await self._open(workspace)
                 self._runtimes[workspace.id] = runtime
+        return runtime
+
+    async def _open(self, workspace: Workspace) -> WorkspaceRuntime:
+        """Open the workspace's cache; ``WorkspaceBroken`` when it cannot be read."""
+        runtime: WorkspaceRuntime | None = None
+        try:
+            runtime = WorkspaceRuntime(workspace, workspace.cache_dir(self.engine.settings))
+            await self._heal(runtime)
+        except (OSError, sqlite3.Error, ValueError) as exc:
+            if runtime is not None:
+                runtime.close()
+            log.warning("workspace cache cannot be opened", extra={"workspace": workspace.id, "error": str(exc)})
+            self.broken[workspace.id] = broken_message(workspace)
+            raise WorkspaceBroken(self.broken[workspace.id]) from None
+        self.broken.pop(workspace.id, None)
         return runtime
 
     async def _heal(self, runtime: WorkspaceRuntime) -> None:
@@ -178,7 +254,9 @@ class Workspaces:
         wait_s: float = 0.0,
         progress: Progress | None = None,
     ) -> Freshness:
-        """Revalidate if due (or ``force``): at most one at a time; waits ``wait_s`` for a running one."""
+        """Revalidate if due (or ``force``): at most one at a time; waits ``wait_s`` for a running one.
+        A root that is gone is ``WorkspaceMissing``, checked first (a stat), so nothing stale is served."""
+        self.require_root(workspace)
         runtime = await self.runtime(workspace)
         if not force and self._recent(runtime):
             return Freshness()
@@ -200,6 +278,9 @@ class Workspaces:
                 report = await sync(self.engine, runtime, deadline=deadline, progress=track)
             except IndexLocked:
                 return Freshness(busy=True, notices=["the workspace index is being updated by another process; results may be stale"])
+            except OSError:
+                self.require_root(workspace)  # the root went away during the walk: 409, not a server error
+                raise
             finally:
                 runtime.progress = None
             runtime.last_report = report
@@ -240,8 +321,14 @@ class Workspaces:
         return {"chunks": total, "embedded": embedded, "pending": pending, "cold": max(total - embedded - pending, 0)}
 
     async def status(self, workspace: Workspace) -> dict[str, Any]:
-        """``GET /v1/workspaces/{id}``: the index state of the workspace."""
-        runtime = await self.runtime(workspace)
+        """``GET /v1/workspaces/{id}``: the index state of the workspace (``missing`` or ``broken``
+        with a ``problem`` saying what to do when it cannot be searched)."""
+        if not self.root_exists(workspace):
+            return await self._problem_status(workspace, MISSING, missing_message(workspace))
+        try:
+            runtime = await self.runtime(workspace)
+        except WorkspaceBroken as exc:
+            return await self._problem_status(workspace, BROKEN, exc.message)
         counts = await self.counts(workspace)
         building = runtime.lock.locked() or not runtime.complete
         unembedded = counts["pending"] + counts["cold"]
@@ -261,6 +348,30 @@ class Workspaces:
             "progress": {"files_done": runtime.progress[0], "files_total": runtime.progress[1]} if runtime.progress else None,
             "last_sync": runtime.last_report.as_dict() if runtime.last_report else None,
             "created_at": workspace.created_at,
+            "problem": None,
+        }
+
+    async def _problem_status(self, workspace: Workspace, state: str, problem: str) -> dict[str, Any]:
+        """The status of a workspace that cannot be searched: what the store holds, and the problem."""
+        counts = await self.counts(workspace)
+        runtime = self._runtimes.get(workspace.id)
+        return {
+            "id": workspace.id,
+            "root": str(workspace.root),
+            "search": workspace.search.as_dict(),
+            "state": state,
+            "files": runtime.cache.file_count() if runtime is not None else 0,
+            "chunks": counts["chunks"],
+            "embedded": counts["embedded"],
+            "pending": counts["pending"],
+            "cold": counts["cold"],
+            "warm": workspace.warm,
+            "warming": False,
+            "skipped": {},
+            "progress": None,
+            "last_sync": None,
+            "created_at": workspace.created_at,
+            "problem": problem,
         }
 
 
@@ -281,6 +392,20 @@ async def _set_pending(engine: Engine, point_ids: list[str]) -> None:
 def workspace_filter(workspace: Workspace) -> Filter:
     """Every point of the workspace (the tenant first: it is the collection's tenant index)."""
     return Filter(must=(Match("tenant", workspace.tenant), Match("workspace", workspace.id)))
+
+
+def missing_message(workspace: Workspace) -> str:
+    return (
+        f"workspace root {str(workspace.root)!r} is gone (deleted, or replaced by a file or a link); restore it, "
+        f"or delete the workspace (DELETE /v1/workspaces/{workspace.id}) and register the new location"
+    )
+
+
+def broken_message(workspace: Workspace) -> str:
+    return (
+        f"the index of workspace {workspace.id} cannot be opened (its cache directory is not a directory, or its "
+        f"files are unreadable); delete the workspace (DELETE /v1/workspaces/{workspace.id}) and register it again"
+    )
 
 
 def chunk_point_id(key: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.code.lexical import ChunkHit, QueryText, ranked_lexical, regex_search
 from service.code.model import COLLECTION
-from service.code.parsing import Mode, SearchRequest
+from service.code.parsing import MAX_LIMIT, Mode, SearchRequest
 from service.code.ranking import adjust, fuse
 from service.code.render import ResultLine, hybrid_lines, lexical_lines, output_text, regex_lines
 from service.code.runtime import WorkspaceRuntime, workspace_filter, workspaces_of
@@ -40,6 +41,7 @@ from service.code.semantic import (
     schedule_warming,
     scope_state,
 )
+from service.code.skipped import skip_reason
 from service.code.trigram import regex_compile
 from service.code.workspace import Workspace
 from service.engine.embeddings import EmbeddingUnavailable
@@ -47,8 +49,6 @@ from service.engine.store import Filter, Match, MatchAny, StoreError
 from service.errors import InvalidRegex, NotFound, PathOutsideWorkspace
 
 if TYPE_CHECKING:
-    import regex
-
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ INLINE_SYNC_BUDGET_S = 6.0
 # How long a search waits for a revalidation already running before searching what is indexed.
 WAIT_FOR_SYNC_S = 3.0
 REGEX_BUDGET_S = 5.0
+NO_FILE_IN_SCOPE = "no indexed file is in this path and glob scope"
 MIN_DEPTH, MAX_DEPTH = 50, 300
 # Time kept back from the request deadline for the lexical answer after a semantic pass gives up.
 ANSWER_MARGIN_S = 2.0
@@ -99,7 +100,7 @@ def check_scope(workspace: Workspace, request: SearchRequest) -> Scope:
         raise PathOutsideWorkspace(str(exc)) from None
 
 
-def check_regex(request: SearchRequest) -> regex.Pattern[str] | None:
+def check_regex(request: SearchRequest) -> re.Pattern[str] | None:
     if not request.regex:
         return None
     try:
@@ -132,7 +133,7 @@ async def search_workspace(
         await schedule_indexing(engine, workspace)
     runtime = await workspaces.runtime(workspace)
     runtime.trigram.reload()  # 0.1 ms: sees commits of a revalidation in another process (a separate worker)
-    ctx = _Context(engine, runtime.workspace, runtime, request, scope, scope_filter(runtime, scope), background, answer_by, notices=list(fresh.notices))
+    ctx = _Context(engine, runtime.workspace, runtime, request, scope, scope_filter(runtime, scope), background, answer_by, notices=[*request.notices, *fresh.notices])
     ctx.timings["revalidate"] = _ms(started)
     ctx.meta["index"] = {
         "files": runtime.cache.file_count(),
@@ -140,12 +141,10 @@ async def search_workspace(
         "revalidated": fresh.report is not None,
         "changed_files": (fresh.report.files_added + fresh.report.files_changed + fresh.report.files_deleted) if fresh.report else 0,
     }
-    if compiled is not None:
-        lines = await _regex(ctx, compiled)
-        tagged = False
-    else:
-        lines, tagged = await _ranked(ctx)
-    return _answer(ctx, lines, tagged)
+    lines = await _regex(ctx, compiled) if compiled is not None else await _ranked(ctx)
+    if not lines:
+        _explain_empty(ctx)
+    return _answer(ctx, lines)
 
 
 def scope_filter(runtime: WorkspaceRuntime, scope: Scope) -> Filter | None:
@@ -159,15 +158,20 @@ def scope_filter(runtime: WorkspaceRuntime, scope: Scope) -> Filter | None:
     return base.and_(Match("path" if scope.is_file else "dirs", scope.prefix))
 
 
-async def _regex(ctx: _Context, compiled: regex.Pattern[str]) -> list[ResultLine]:
+async def _regex(ctx: _Context, compiled: re.Pattern[str]) -> list[ResultLine]:
     started = time.perf_counter()
     request = ctx.request
     outcome = await regex_search(
-        ctx.runtime, ctx.scope, compiled, request.query, ignore_case=request.ignore_case, limit=request.limit, budget_s=REGEX_BUDGET_S
+        ctx.runtime, ctx.scope, compiled, limit=request.limit, budget_s=REGEX_BUDGET_S, max_file_bytes=ctx.engine.settings.max_file_bytes
     )
     ctx.timings["regex"] = _ms(started)
     if outcome.timed_out:
         ctx.notices.append(f"regex search stopped after {REGEX_BUDGET_S:g}s; results are partial, narrow path or glob or simplify the pattern")
+    elif outcome.error is not None:
+        log.warning("regex matching failed", extra={"workspace": ctx.workspace.id, "error": outcome.error})
+        ctx.notices.append("regex search stopped early (the pattern needed more memory than allowed); results are partial, simplify the pattern")
+    if outcome.truncated:
+        _note_cut(ctx, len(outcome.matches), None, "matching lines")
     if request.mode is not Mode.LEXICAL:
         ctx.meta["fallback"] = "regex"
     ctx.meta.update(
@@ -175,9 +179,9 @@ async def _regex(ctx: _Context, compiled: regex.Pattern[str]) -> list[ResultLine
         source_mix={"lexical": len(outcome.matches), "semantic": 0, "merged": 0},
         match_counts={
             "lines": len(outcome.matches),
-            "files": len({m.chunk.path for m in outcome.matches}),
-            "chunks": len({m.chunk.key for m in outcome.matches}),
-            "chunks_scanned": outcome.chunks_scanned,
+            "files": len({m.path for m in outcome.matches}),
+            "chunks": len({m.chunk.key for m in outcome.matches if m.chunk is not None}),
+            "files_scanned": outcome.files_scanned,
             "trigram_candidates": outcome.candidates,
             "truncated": outcome.truncated,
         },
@@ -185,7 +189,7 @@ async def _regex(ctx: _Context, compiled: regex.Pattern[str]) -> list[ResultLine
     return regex_lines(outcome.matches)
 
 
-async def _ranked(ctx: _Context) -> tuple[list[ResultLine], bool]:
+async def _ranked(ctx: _Context) -> list[ResultLine]:
     request = ctx.request
     query = QueryText.of(request.query)
     depth = min(max(request.limit * 3, MIN_DEPTH), MAX_DEPTH)
@@ -199,10 +203,15 @@ async def _ranked(ctx: _Context) -> tuple[list[ResultLine], bool]:
         if request.mode is not Mode.LEXICAL:
             semantic = await _semantic(ctx, request.query, depth)
     else:
-        ctx.notices.append("no indexed file is in this path and glob scope")
+        ctx.notices.append(NO_FILE_IN_SCOPE)
     used = request.mode if semantic is not None else Mode.LEXICAL
     fused = adjust(fuse(lexical, semantic or []))
-    lines = lexical_lines(fused, query, request.limit) if used is Mode.LEXICAL else hybrid_lines(fused, query, request.limit)
+    if used is Mode.LEXICAL:
+        lines, available = lexical_lines(fused, query, request.limit)
+        _note_cut(ctx, len(lines), available, "matching lines")
+    else:
+        lines, available = hybrid_lines(fused, query, request.limit)
+        _note_cut(ctx, len(lines), available, "matching chunks")
     shown = {(line.path, line.start_line) for line in lines}
     ctx.meta.update(
         mode=used.value,
@@ -214,9 +223,10 @@ async def _ranked(ctx: _Context) -> tuple[list[ResultLine], bool]:
             "chunks": len(shown),
             "files": len({path for path, _ in shown}),
             "lines": len(lines),
+            "truncated": available > len(lines),
         },
     )
-    return lines, used is not Mode.LEXICAL
+    return lines
 
 
 async def _semantic(ctx: _Context, query: str, depth: int) -> list[ChunkHit] | None:
@@ -295,7 +305,39 @@ def _fallback(ctx: _Context, reason: str, notice: str) -> list[ChunkHit] | None:
     return None
 
 
-def _answer(ctx: _Context, lines: list[ResultLine], tagged: bool) -> SearchAnswer:
+def _note_cut(ctx: _Context, shown: int, available: int | None, what: str) -> None:
+    """Results cut at ``limit`` say so: how many more there are (when known) and how to see them."""
+    if available is not None and available <= shown:
+        return
+    more = f"{available - shown} more {what} were found" if available is not None else f"more {what} exist"
+    if ctx.request.limit < MAX_LIMIT:
+        how = f"narrow path or glob, or raise limit (up to {MAX_LIMIT})"
+    else:
+        how = "narrow path or glob"
+    ctx.notices.append(f"results cut at limit {ctx.request.limit}: {more}; {how} to see them")
+
+
+def _explain_empty(ctx: _Context) -> None:
+    """An empty answer scoped to a ``path`` inside skipped content says which rule skipped it
+    (in place of the plain "no indexed file" notice)."""
+    if not ctx.scope.prefix:
+        return
+    settings = ctx.engine.settings
+    reason = skip_reason(
+        ctx.scope.root,
+        ctx.scope.prefix,
+        workspace_skip_dirs=ctx.workspace.search.skip_dirs,
+        service_skip_dirs=settings.skip_dirs,
+        max_file_bytes=settings.max_file_bytes,
+    )
+    if reason is None:
+        return
+    if NO_FILE_IN_SCOPE in ctx.notices:
+        ctx.notices.remove(NO_FILE_IN_SCOPE)
+    ctx.notices.append(f"{reason}; search an indexed path, or change that rule to index it")
+
+
+def _answer(ctx: _Context, lines: list[ResultLine]) -> SearchAnswer:
     ctx.meta.setdefault("fallback", None)
     ctx.meta.setdefault("warming", ctx.workspace.warm)
     ctx.meta["requested_mode"] = ctx.request.mode.value
@@ -304,7 +346,7 @@ def _answer(ctx: _Context, lines: list[ResultLine], tagged: bool) -> SearchAnswe
     ctx.meta["timings_ms"] = {name: round(ms, 2) for name, ms in ctx.timings.items()}
     results = [line.as_dict() for line in lines]
     return SearchAnswer(
-        output=output_text(lines, tagged=tagged, notices=ctx.notices), results=results, notices=ctx.notices, meta=ctx.meta, timings_ms=ctx.timings
+        output=output_text(lines, notices=ctx.notices), results=results, notices=ctx.notices, meta=ctx.meta, timings_ms=ctx.timings
     )
 
 

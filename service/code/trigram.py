@@ -1,19 +1,21 @@
-"""Literal and regex code search: the trigram prefilter index, regex literal extraction, and a
-time-bounded line matcher (ARCHITECTURE.md section 2).
+"""Literal and regex code search: the trigram prefilter index, regex literal extraction, and
+compiling a user's pattern (ARCHITECTURE.md section 2).
 
 The index is a node-local tantivy index per workspace, derived from the chunk cache: one document
 per chunk with its ``chunk_id``, its ``path`` and its text in an ngram(3, 3) field. Its analyzer
-lowercases and folds to ASCII, so case-insensitive matches that Python's ``re`` and ``regex``
-accept (``ı``/``i``, ``ſ``/``s``, ``K``/``k``) still share trigrams. The prefilter only ever answers
-a superset: the caller verifies every candidate with the regex and gets line numbers from
-:func:`find_line_matches`; when no trigram can be required the answer is ``None`` and the caller
-scans everything.
+lowercases and folds to ASCII, so case-insensitive matches that Python's ``re`` accepts
+(``ı``/``i``, ``ſ``/``s``, ``K``/``k``) still share trigrams. The prefilter only ever answers a
+superset: a regex is then matched on the candidate files' whole text (``rematch.py``); when no
+trigram can be required the answer is ``None`` and the caller scans every file in scope.
 
-Regex syntax is Python's ``re``: :func:`regex_compile` rejects what ``re`` rejects, then compiles
-with the third-party ``regex`` module (re-compatible ``V0``) because it can stop a match after a
-timeout, which bounds catastrophic backtracking. Literal extraction reads ``re``'s own parse tree;
-where the two modules may read a pattern differently (nested sets, fuzzy ``{e<=1}``) it gives up
-and returns ``None``.
+A regex match may cross chunk boundaries, so regex candidates are *files*: each required literal
+is cut at its newlines into line pieces, and a piece holding a non-blank character lies on a
+non-blank line, which lies whole inside exactly one chunk (the chunker's invariant). A file is a
+candidate when the requirement holds over the pieces its chunks hold (``AllOf`` may be met by
+different chunks of the file). Pieces of blank lines require nothing.
+
+Regex syntax and semantics are Python's ``re``, exactly: :func:`regex_compile` compiles with
+``re``, and literal extraction reads ``re``'s own parse tree.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,6 @@ from pathlib import Path
 from re import _parser as sre_parse  # type: ignore[attr-defined]  # sre_parse warns on import
 from typing import Any, TypeAlias
 
-import regex
 import tantivy
 
 logger = logging.getLogger(__name__)
@@ -40,22 +40,13 @@ WRITER_HEAP_BYTES = 32_000_000
 MIN_LITERAL_CHARS = 3
 MAX_EXACT_STRINGS = 64  # alternatives expanded before a regex piece counts as "unknown"
 MAX_CLASS_CHARS = 8  # [abc] is expanded; [a-z] is not
-CONCURRENT_MATCH_CHARS = 65_536
-MAX_FIXED_EXPANSION = 100_000  # characters a pattern's repeat counts may spell out (compile time and memory)
+MAX_FIXED_EXPANSION = 100_000  # characters a pattern's repeat counts may spell out
 
 _ID, _PATH, _GRAMS = "chunk_id", "path", "grams"
 
 
 class IndexLocked(RuntimeError):
     """Another writer (this process or another) holds the index directory."""
-
-
-class RegexTimeout(TimeoutError):
-    """Matching ran past its time budget; ``partial`` holds the matches found before."""
-
-    def __init__(self, message: str, partial: list[tuple[int, str]]) -> None:
-        super().__init__(message)
-        self.partial = partial
 
 
 # --- the index --------------------------------------------------------------------------------
@@ -77,7 +68,7 @@ def trigrams(literal: str) -> list[str]:
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(_ID, stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_text_field(_PATH, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field(_PATH, stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field(_GRAMS, tokenizer_name=TRIGRAM_TOKENIZER, index_option="basic")
     return builder.build()
 
@@ -157,9 +148,31 @@ class TrigramIndex:
         return self._search(literal, limit)
 
     def candidates_regex(self, pattern: str, limit: int, *, ignore_case: bool = False) -> list[str] | None:
-        """Chunks that may match ``pattern``; None when no trigram can be required (scan all)."""
+        """Chunks that may hold a match of ``pattern`` that lies inside one chunk; None when no
+        trigram can be required. Regex search uses :meth:`candidate_paths` (matches may cross chunks)."""
         requirement = required_literals(pattern, ignore_case=ignore_case)
         return None if requirement is None else self._search(requirement, limit)
+
+    def candidate_paths(self, pattern: str, limit: int, *, ignore_case: bool = False) -> set[str] | None:
+        """Files whose whole text may match ``pattern`` (a superset); None when nothing can be
+        required, or a literal is in more than ``limit`` chunks (then every file is scanned)."""
+        requirement = line_requirement(required_literals(pattern, ignore_case=ignore_case))
+        return None if requirement is None else self._paths(requirement, limit)
+
+    def _paths(self, requirement: Requirement, limit: int) -> set[str] | None:
+        """Files meeting ``requirement`` over their chunks; None: unknown (too many hits)."""
+        if isinstance(requirement, str):
+            query = tantivy.Query.const_score_query(_to_query(requirement), 1.0)
+            searcher = self._index.searcher()
+            hits = searcher.search(query, limit, count=False).hits
+            if len(hits) >= limit:
+                return None
+            return {str(searcher.doc(address).get_first(_PATH)) for _score, address in hits}
+        parts = [self._paths(part, limit) for part in requirement.parts]
+        known = [part for part in parts if part is not None]
+        if isinstance(requirement, AnyOf):
+            return None if len(known) < len(parts) else set().union(*known)
+        return set.intersection(*known) if known else None
 
     def _search(self, requirement: Requirement, limit: int) -> list[str]:
         query = tantivy.Query.const_score_query(_to_query(requirement), 1.0)
@@ -219,8 +232,6 @@ Requirement: TypeAlias = str | AllOf | AnyOf
 def required_literals(pattern: str, *, ignore_case: bool = False) -> Requirement | None:
     """A condition of literals (3 chars or more) that every text matching ``pattern`` satisfies,
     or None when none can be stated. Literals are case-insensitive, as the index is."""
-    if _may_differ_between_re_and_regex(pattern):
-        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # FutureWarning marks a pattern regex may read differently
@@ -231,12 +242,26 @@ def required_literals(pattern: str, *, ignore_case: bool = False) -> Requirement
     return _Extractor().sequence(list(parsed), flags).required
 
 
-# regex reads "{e<=1}"-like braces as fuzzy matching where re reads literal text.
-_FUZZY_BRACES = re.compile(r"(?<!\\)\{[^}]*[eisd][^}]*\}")
-
-
-def _may_differ_between_re_and_regex(pattern: str) -> bool:
-    return _FUZZY_BRACES.search(pattern) is not None
+def line_requirement(requirement: Requirement | None) -> Requirement | None:
+    """``requirement`` over the lines a chunk holds: each literal becomes all of its line pieces
+    (cut at newlines) that hold a non-blank character and 3 characters or more; a literal with no
+    such piece requires nothing. A non-blank line lies whole in one chunk, so a file that holds
+    the literal has each piece in one of its chunks."""
+    if requirement is None:
+        return None
+    if isinstance(requirement, str):
+        pieces = [piece for piece in requirement.split("\n") if piece.strip() and len(piece) >= MIN_LITERAL_CHARS]
+        if not pieces:
+            return None
+        return pieces[0] if len(pieces) == 1 else AllOf(tuple(dict.fromkeys(pieces)))
+    parts = [line_requirement(part) for part in requirement.parts]
+    if isinstance(requirement, AnyOf):
+        return _or(parts)
+    known = [part for part in parts if part is not None]
+    combined: Requirement | None = None
+    for part in known:
+        combined = _and(combined, part)
+    return combined
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,18 +430,20 @@ class _Extractor:
         return result
 
 
-# --- compiling and matching -------------------------------------------------------------------
+# --- compiling -------------------------------------------------------------------------------
 
 
-def regex_compile(pattern: str, ignore_case: bool = False) -> regex.Pattern[str]:
-    """Compile a user's pattern (Python ``re`` syntax) for :func:`find_line_matches`.
+def regex_compile(pattern: str, ignore_case: bool = False) -> re.Pattern[str]:
+    """Compile a user's pattern with Python's ``re`` (multi-line: ``^`` and ``$`` at every line).
 
-    Raises ValueError whose message names the error and its position."""
+    Raises ValueError whose message names the error and its position. A pattern whose fixed repeat
+    counts multiply out past ``MAX_FIXED_EXPANSION`` characters is refused too: no code search
+    needs one, and each of its match attempts could run that long."""
     flags = re.MULTILINE | (re.IGNORECASE if ignore_case else 0)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # re's FutureWarning on "[[" is not the user's error
-            re.compile(pattern, flags)
+            compiled = re.compile(pattern, flags)
             expansion = _fixed_expansion(list(sre_parse.parse(pattern, flags)))
     except re.error as exc:
         where = f" at position {exc.pos}" if exc.pos is not None else ""
@@ -428,20 +455,12 @@ def regex_compile(pattern: str, ignore_case: bool = False) -> regex.Pattern[str]
             f"invalid regex: its fixed repeat counts multiply out to {expansion:,} characters (the limit is "
             f"{MAX_FIXED_EXPANSION:,}); use an open range like {{1,}} or smaller counts"
         )
-    regex_flags = regex.V0 | regex.MULTILINE | (regex.IGNORECASE if ignore_case else 0)
-    try:
-        return regex.compile(pattern, regex_flags)
-    except regex.error as exc:
-        raise ValueError(f"invalid regex at position {exc.pos}: {exc.msg}") from None
-    except RecursionError as exc:
-        raise ValueError(f"invalid regex: {exc}") from None
+    return compiled
 
 
 def _fixed_expansion(items: list[tuple[Any, Any]]) -> int:
-    """How many characters a pattern's repeat counts spell out: ``regex`` compiles ``a{9999}``
-    into a 9,999-character literal, so nested counts (``(?:a{9999}){9999}``) multiply into
-    gigabytes and minutes of compiling. Each repeat counts its lower bound (at least one) times
-    its body; alternatives add up."""
+    """How many characters a pattern's repeat counts spell out (``(?:a{9999}){9999}``: 99,980,001).
+    Each repeat counts its lower bound (at least one) times its body; alternatives add up."""
     size = 0
     for op, arg in items:
         name = str(op)
@@ -461,37 +480,3 @@ def _fixed_expansion(items: list[tuple[Any, Any]]) -> int:
         else:
             size += 1
     return size
-
-
-def find_line_matches(
-    pattern: regex.Pattern[str], text: str, max_matches: int, timeout_s: float, *, release_gil: bool = False
-) -> list[tuple[int, str]]:
-    """Lines of ``text`` where ``pattern`` matches, as (1-based line number, line text), at most
-    ``max_matches``, one entry per line (a match spanning lines counts on its first line).
-    ``release_gil``: let other threads run while matching (when called in a worker thread).
-
-    Raises :class:`RegexTimeout` (with the matches found so far) past ``timeout_s`` seconds."""
-    matches: list[tuple[int, str]] = []
-    deadline = time.monotonic() + timeout_s
-    # Releasing the GIL costs more than it gives on chunk-sized texts; it pays on whole files.
-    concurrent = True if release_gil or len(text) >= CONCURRENT_MATCH_CHARS else None
-    position, line_no, counted_to = 0, 1, 0
-    while len(matches) < max_matches and position <= len(text):
-        remaining = deadline - time.monotonic()
-        try:
-            if remaining <= 0:
-                raise TimeoutError
-            found = pattern.search(text, position, timeout=remaining, concurrent=concurrent)
-        except TimeoutError:
-            raise RegexTimeout(f"regex ran past {timeout_s:.3g} s", matches) from None
-        if found is None:
-            break
-        start = found.start()
-        line_no += text.count("\n", counted_to, start)
-        line_start = text.rfind("\n", 0, start) + 1
-        line_end = text.find("\n", start)
-        line_end = len(text) if line_end < 0 else line_end
-        matches.append((line_no, text[line_start:line_end]))
-        # Continue on the next line: one entry per line, as grep prints.
-        position, counted_to = line_end + 1, start
-    return matches

@@ -7,6 +7,9 @@ Rules (seed 002, "What gets skipped"):
   deeper file overrides a shallower one, ``!`` re-includes) and ``.git/info/exclude`` at the root;
 - files larger than ``max_file_bytes`` and binary files (a NUL byte in the first 8 KiB) are
   skipped and counted;
+- the service's own directories are never walked: a directory in ``protected`` (the data and index
+  directories) or holding the marker file ``NO_INDEX_MARKER`` (every data directory and workspace
+  cache has one) is pruned, a root inside one lists nothing, a link into one is skipped;
 - symlinks: one whose target lies outside the root is never followed. A symlinked *file* inside
   the root is listed under its link path. A symlinked *directory* inside the root is not
   descended: its target is walked under its real path anyway, so following it would only list
@@ -31,6 +34,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_SKIP_DIRS: frozenset[str] = frozenset({".git", "node_modules", "vendor"})
 BINARY_PROBE_BYTES = 8192
 DEFAULT_MAX_FILE_BYTES = 1_000_000
+# Written into every data directory and workspace cache: a directory holding it is never walked.
+NO_INDEX_MARKER = ".agentsearch-noindex"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,23 +79,32 @@ def walk(
     root: Path,
     skip_dirs: Iterable[str] = (),
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    protected: Iterable[str | os.PathLike[str]] = (),
 ) -> WalkResult:
     """List the searchable files under ``root`` (see the module docstring for the rules)."""
     real_root = os.path.realpath(root)
     if not os.path.isdir(real_root):
         raise NotADirectoryError(f"workspace root {root} is not a directory")
-    walker = _Walker(real_root, DEFAULT_SKIP_DIRS | frozenset(skip_dirs), max_file_bytes)
+    walker = _Walker(real_root, DEFAULT_SKIP_DIRS | frozenset(skip_dirs), max_file_bytes, frozenset(os.path.realpath(p) for p in protected))
+    if walker.is_protected(real_root) or _marked_above(real_root):
+        walker.result.pruned_dirs += 1
+        return walker.result
     root_rules = _load_rules(os.path.join(real_root, ".git", "info", "exclude"), "")
     walker.walk_dir(real_root, "", [root_rules] if root_rules else [])
     return walker.result
 
 
 class _Walker:
-    def __init__(self, real_root: str, skip_dirs: frozenset[str], max_file_bytes: int) -> None:
+    def __init__(self, real_root: str, skip_dirs: frozenset[str], max_file_bytes: int, protected: frozenset[str]) -> None:
         self.real_root = real_root
         self.skip_dirs = skip_dirs
         self.max_file_bytes = max_file_bytes
+        self.protected = protected
         self.result = WalkResult()
+
+    def is_protected(self, real_path: str) -> bool:
+        """Whether a real path is, or lies inside, a protected directory."""
+        return any(real_path == p or real_path.startswith(p.rstrip(os.sep) + os.sep) for p in self.protected)
 
     def walk_dir(self, abs_dir: str, rel_dir: str, rules: list[_IgnoreRules]) -> None:
         try:
@@ -98,6 +112,9 @@ class _Walker:
                 entries = sorted(scan, key=lambda entry: entry.name)
         except OSError:
             self.result.skipped_unreadable += 1
+            return
+        if any(entry.name == NO_INDEX_MARKER for entry in entries):
+            self.result.pruned_dirs += 1
             return
         own = _load_rules(os.path.join(abs_dir, ".gitignore"), rel_dir)
         # Deepest rules first: the first file with an opinion decides, as in git.
@@ -121,7 +138,7 @@ class _Walker:
             self._visit_file(entry.path, rel, rules)
 
     def _visit_dir(self, entry: os.DirEntry[str], rel: str, rules: list[_IgnoreRules]) -> None:
-        if entry.name in self.skip_dirs or _is_ignored(rules, rel, is_dir=True):
+        if entry.name in self.skip_dirs or entry.path in self.protected or _is_ignored(rules, rel, is_dir=True):
             self.result.pruned_dirs += 1
             return
         self.walk_dir(entry.path, rel, rules)
@@ -129,7 +146,7 @@ class _Walker:
     def _visit_link(self, entry: os.DirEntry[str], rel: str, rules: list[_IgnoreRules]) -> None:
         target = os.path.realpath(entry.path)
         inside = target == self.real_root or target.startswith(self.real_root + os.sep)
-        if not inside or os.path.isdir(target):
+        if not inside or os.path.isdir(target) or self.is_protected(target) or _marked_above(os.path.dirname(target), self.real_root):
             self.result.skipped_symlinks += 1
             return
         self._visit_file(entry.path, rel, rules)
@@ -155,6 +172,18 @@ class _Walker:
             self.result.skipped_binary += 1
         else:
             self.result.files.append(WalkedFile(rel, info.st_size, info.st_mtime_ns))
+
+
+def _marked_above(real_path: str, stop: str | None = None) -> bool:
+    """Whether ``real_path`` or a directory above it (up to ``stop``, else the file system's root) holds the marker."""
+    current = real_path
+    while True:
+        if os.path.exists(os.path.join(current, NO_INDEX_MARKER)):
+            return True
+        parent = os.path.dirname(current)
+        if parent == current or current == stop:
+            return False
+        current = parent
 
 
 def _is_ignored(rules: list[_IgnoreRules], rel: str, is_dir: bool) -> bool:

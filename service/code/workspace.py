@@ -4,7 +4,8 @@ A workspace is a directory tree on this node, registered by root path. It belong
 of the user who registered it (``user:<sub>``): workspaces are checkouts on a machine, often with
 uncommitted work, so org and team members do not share them; each registers its own. Its id is
 derived from (owner, resolved root), so registering the same root again addresses the same
-workspace, and another user's workspace of the same root is a different one.
+workspace. Who may register which root (bases named after their owner, the roots of other users)
+is ``roots.py``'s; the entry records the base it was registered under.
 
 Layout under the data directory::
 
@@ -77,6 +78,8 @@ class Workspace:
     search: SearchConfig = field(default_factory=SearchConfig)
     created_at: float = 0.0
     warm: bool = False
+    base: str | None = None  # the allowed base it was registered under, as expanded for its owner
+    base_kind: str | None = None  # whose base that is: user, org, team, shared or local (``roots.py``)
 
     def cache_dir(self, settings: Settings) -> Path:
         """Its own ``index_dir``, else the service's, else beside its registry entry."""
@@ -100,6 +103,8 @@ class Workspace:
             "search": self.search.as_dict(),
             "created_at": self.created_at,
             "warm": self.warm,
+            "base": self.base,
+            "base_kind": self.base_kind,
         }
 
     @classmethod
@@ -111,6 +116,8 @@ class Workspace:
             search=SearchConfig.from_dict(data.get("search") or {}),
             created_at=float(data.get("created_at", 0.0)),
             warm=bool(data.get("warm", False)),
+            base=data.get("base"),
+            base_kind=data.get("base_kind"),
         )
 
 
@@ -136,13 +143,12 @@ class WorkspaceRegistry:
         if not is_workspace_id(workspace_id):
             return None
         try:
-            data = json.loads(self._entry(workspace_id).read_text())
+            return Workspace.from_dict(json.loads(self._entry(workspace_id).read_text()))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("unreadable workspace entry", extra={"workspace": workspace_id, "error": str(exc)})
             return None
-        return Workspace.from_dict(data)
 
     def save(self, workspace: Workspace) -> None:
         path = self._entry(workspace.id)
@@ -159,17 +165,23 @@ class WorkspaceRegistry:
 
     def owned_by(self, tenants: tuple[str, ...]) -> list[Workspace]:
         """Every workspace of ``tenants``, oldest first."""
+        return [workspace for workspace in self.all() if workspace.tenant in tenants]
+
+    def all(self) -> list[Workspace]:
+        """Every readable registry entry, oldest first."""
         found = []
         if self.directory.is_dir():
             for entry in sorted(self.directory.iterdir()):
                 workspace = self.get(entry.name)
-                if workspace is not None and workspace.tenant in tenants:
+                if workspace is not None:
                     found.append(workspace)
         return sorted(found, key=lambda w: w.created_at)
 
 
-def new_workspace(tenant: str, root: Path, search: SearchConfig) -> Workspace:
-    return Workspace(id=workspace_id(tenant, root), tenant=tenant, root=root, search=search, created_at=time.time())
+def new_workspace(tenant: str, root: Path, search: SearchConfig, base: str | None = None, base_kind: str | None = None) -> Workspace:
+    return Workspace(
+        id=workspace_id(tenant, root), tenant=tenant, root=root, search=search, created_at=time.time(), base=base, base_kind=base_kind
+    )
 
 
 def with_search(workspace: Workspace, search: SearchConfig) -> Workspace:

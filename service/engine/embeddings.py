@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from service.redact import mask_text
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -235,7 +236,7 @@ class OpenAIEmbedder:
             raise EmbeddingUnavailable("embedding endpoint timed out") from None
         except aiohttp.ClientError as exc:
             self._state = "degraded"
-            raise EmbeddingUnavailable(f"embedding endpoint unreachable: {exc}") from None
+            raise EmbeddingUnavailable(f"embedding endpoint unreachable: {mask_text(str(exc))}") from None
         except ValueError:
             raise EmbeddingUnavailable("embedding endpoint answered with invalid JSON") from None
         vectors = _vectors_of(payload, len(texts))

@@ -68,7 +68,7 @@ class ReindexNotFinished(Exception):
 
 @dataclass(frozen=True)
 class ReindexProgress:
-    """Where a reindex stands: ``step`` (records | fill | switch | reconcile | retire | done), per collection."""
+    """Where a reindex stands: ``step`` (teams | records | fill | switch | reconcile | retire | done), per collection."""
 
     step: str
     collection: str = ""
@@ -92,6 +92,8 @@ class ReindexReport:
     passes: int = 0
     retired: dict[str, str] = field(default_factory=dict)
     """Collection -> the old vector dropped from it."""
+    teams: dict[str, Any] = field(default_factory=dict)
+    """Re-keying of old team keys (``service.engine.teams.TeamMigrationReport``)."""
     by_collection: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -157,16 +159,23 @@ async def reindex(
     progress: Progress | None = None,
     deadline: float | None = None,
     settle_s: float | None = None,
+    team_orgs: Mapping[str, str] | None = None,
 ) -> ReindexReport:
     """Repair every record, then fill, switch to and reconcile the configured default model if it
     does not serve yet. ``deadline`` (monotonic) raises ``ReindexNotFinished`` between batches;
     ``settle_s`` is how long the switch waits for other processes (default: two refresh periods
-    with a Qdrant server, none for the single-process embedded store)."""
+    with a Qdrant server, none for the single-process embedded store). First, records under old
+    team keys are re-keyed to ``team:<org>/<team>`` for each team of ``team_orgs`` (and of the
+    mapping a ``reindex --team-org`` command left for a running service), see ``service.engine.teams``."""
+    from service.engine.teams import migrate_team_tenants, take_queued_team_orgs
+
     notify = progress or (lambda _: None)
+    notify(ReindexProgress("teams"))
+    teams = await migrate_team_tenants(engine, {**await take_queued_team_orgs(engine), **(team_orgs or {})})
     await refresh_serving(engine)
     registry = engine.embedders
     serving, target = registry.serving, registry.configured
-    report = ReindexReport(serving_model=serving.model if serving else None)
+    report = ReindexReport(serving_model=serving.model if serving else None, teams=teams.as_dict())
     serving_vector = _vector_name(registry.default)
     for index in engine.surfaces.values():
         records, repaired, reanalyzed = await _repair(engine, index, serving_vector, notify)

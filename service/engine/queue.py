@@ -1,11 +1,14 @@
 """The job queue: arq on Redis with JSON (never pickle), its queues, and enqueues that never fail a caller.
 
-``embed`` carries batch embedding work; ``fast`` carries interactive work (workspace warm-ups,
-the sweeper) so a large reindex never starves it. With ``workspace_nodes`` set, jobs marked
+``embed`` carries the embedding of interactive writes (catalog entities, actions); ``bulk`` carries
+bulk embedding (workspace code chunks: warming, prewarm), so a write's embedding never waits behind
+hundreds of code-warming batches; ``fast`` carries interactive work (workspace warm-ups, the
+sweeper) so a large reindex never starves it. With ``workspace_nodes`` set, jobs marked
 ``node_local`` (their first argument is a workspace id) go instead to ``node:<name>``, the queue
 of the node that holds the workspace's files (``service.routing.node_for_workspace``). An
 enqueue while Redis is down is logged and dropped: the record is already written, and the
-sweeper re-enqueues it later.
+sweeper re-enqueues it later. Every job carries its deployment's id (``DEPLOYMENT_KWARG``), so a
+worker of another deployment that finds it on its queue refuses it (``workers.settings``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from redis.exceptions import RedisError
 from service.routing import node_for_workspace
 
 log = logging.getLogger(__name__)
+
+# The keyword argument every enqueued job carries: the id of the deployment that enqueued it.
+DEPLOYMENT_KWARG = "deployment"
 
 
 def _json_fallback(value: Any) -> Any:
@@ -47,9 +53,13 @@ def deserialize(data: bytes) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class QueueNames:
-    """The arq queue names of one deployment (a prefix keeps test runs apart)."""
+    """The arq queue names of one deployment (a prefix keeps deployments and test runs apart)."""
 
     prefix: str
+
+    def __post_init__(self) -> None:
+        if not self.prefix:
+            raise ValueError("a queue prefix is required: resolve it with service.engine.deployment.resolve_deployment")
 
     @property
     def embed(self) -> str:
@@ -60,8 +70,12 @@ class QueueNames:
         return f"{self.prefix}:queue:fast"
 
     @property
-    def all(self) -> tuple[str, str]:
-        return (self.embed, self.fast)
+    def bulk(self) -> str:
+        return f"{self.prefix}:queue:bulk"
+
+    @property
+    def all(self) -> tuple[str, str, str]:
+        return (self.embed, self.bulk, self.fast)
 
     def node(self, name: str) -> str:
         """The queue of workspace jobs for the workspaces held by node ``name``."""
@@ -111,31 +125,45 @@ async def forget_deployment(redis: Any, prefix: str) -> int:
 
 
 class JobQueue:
-    """Enqueue helpers over one ArqRedis pool."""
+    """Enqueue helpers over one ArqRedis pool; every job carries ``deployment`` (the enqueuer's id)."""
 
-    def __init__(self, redis: ArqRedis, names: QueueNames, *, workspace_nodes: Sequence[str] = (), node_local_jobs: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        redis: ArqRedis,
+        names: QueueNames,
+        *,
+        deployment: str,
+        workspace_nodes: Sequence[str] = (),
+        node_local_jobs: frozenset[str] = frozenset(),
+    ) -> None:
         self.redis = redis
         self.names = names
+        self.deployment = deployment
         self.workspace_nodes = tuple(workspace_nodes)
         self.node_local_jobs = node_local_jobs
 
-    def queue_of(self, function: str, args: Sequence[Any], *, fast: bool) -> str:
+    def queue_of(self, function: str, args: Sequence[Any], *, fast: bool, bulk: bool = False) -> str:
         """The queue a job goes to: its workspace's node queue for a node-local job on several nodes."""
         if self.workspace_nodes and function in self.node_local_jobs and args:
             return self.names.node(node_for_workspace(str(args[0]), self.workspace_nodes))
-        return self.names.fast if fast else self.names.embed
+        if fast:
+            return self.names.fast
+        return self.names.bulk if bulk else self.names.embed
 
-    async def enqueue(self, function: str, *args: Any, job_id: str | None = None, fast: bool = False, defer_s: float | None = None) -> Job | None:
-        """Enqueue a job; None when Redis is unreachable or arq dropped a duplicate id."""
-        queue = self.queue_of(function, args, fast=fast)
+    async def enqueue(
+        self, function: str, *args: Any, job_id: str | None = None, fast: bool = False, bulk: bool = False, defer_s: float | None = None
+    ) -> Job | None:
+        """Enqueue a job (``bulk``: on the bulk queue); None when Redis is unreachable or arq dropped a duplicate id."""
+        queue = self.queue_of(function, args, fast=fast, bulk=bulk)
+        tag: dict[str, Any] = {DEPLOYMENT_KWARG: self.deployment}
         try:
-            return await self.redis.enqueue_job(function, *args, _job_id=job_id, _queue_name=queue, _defer_by=defer_s)
+            return await self.redis.enqueue_job(function, *args, _job_id=job_id, _queue_name=queue, _defer_by=defer_s, **tag)
         except (RedisError, OSError) as exc:
             log.warning("enqueue failed; the sweeper will repair it", extra={"function": function, "job_id": job_id, "error": str(exc)})
             return None
 
-    async def enqueue_embed(self, surface: str, collection: str, items: Sequence[tuple[str, str]]) -> Job | None:
-        """Queue embedding of ``items`` (record key, content hash) of ``collection``."""
+    async def enqueue_embed(self, surface: str, collection: str, items: Sequence[tuple[str, str]], *, bulk: bool = False) -> Job | None:
+        """Queue embedding of ``items`` (record key, content hash) of ``collection`` (``bulk``: on the bulk queue)."""
         if not items:
             return None
         job_id = batch_job_id(self.names.prefix, surface, items)
@@ -147,4 +175,4 @@ class JobQueue:
         except (RedisError, OSError) as exc:
             log.warning("enqueue failed; the sweeper will repair it", extra={"function": "embed_records", "job_id": job_id, "error": str(exc)})
             return None
-        return await self.enqueue("embed_records", collection, [list(item) for item in items], job_id=job_id)
+        return await self.enqueue("embed_records", collection, [list(item) for item in items], job_id=job_id, bulk=bulk)

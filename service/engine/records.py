@@ -76,12 +76,14 @@ class WriteResult:
 class RecordIndex:
     """The records of one surface collection."""
 
-    def __init__(self, engine: Engine, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = ()) -> None:
+    def __init__(self, engine: Engine, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False) -> None:
         self.engine = engine
         self.surface = surface
         self.spec = spec
         self.analyzed_fields = (spec.text_field, *analyzed_fields)
         """Payload fields holding analyzer output (a string of terms or a list of terms)."""
+        self.bulk = bulk
+        """Its embed jobs go to the bulk queue: bulk warming must not delay interactive writes' embedding."""
 
     @property
     def collection(self) -> str:
@@ -159,7 +161,7 @@ class RecordIndex:
         ok = True
         size = self.engine.settings.embeddings_batch_size
         for start in range(0, len(items), size):
-            job = await self.engine.queue.enqueue_embed(self.surface, self.collection, items[start : start + size])
+            job = await self.engine.queue.enqueue_embed(self.surface, self.collection, items[start : start + size], bulk=self.bulk)
             ok = ok and job is not None
         return ok
 

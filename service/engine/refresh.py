@@ -45,13 +45,15 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
     current = await index.get_many(list(wanted))
     stale = sum(1 for key, payload in current.items() if payload.get("content_hash") != wanted[key])
     missing = len(wanted) - len(current)
-    by_model: dict[str | None, list[tuple[str, str, Mapping[str, Any]]]] = defaultdict(list)
+    # A record names its model and may name the dimensions asked of it (a workspace's
+    # embeddings_dimensions): its vector must have the size its searches query.
+    by_model: dict[tuple[str | None, int | None], list[tuple[str, str, Mapping[str, Any]]]] = defaultdict(list)
     for key, payload in current.items():
         if payload.get("content_hash") == wanted[key]:
-            by_model[payload.get("embed_model")].append((key, wanted[key], payload))
+            by_model[(payload.get("embed_model"), _dimensions(payload))].append((key, wanted[key], payload))
     embedded = 0
-    for model, candidates in by_model.items():
-        embedder = engine.embedders.get(model)
+    for (model, dimensions), candidates in by_model.items():
+        embedder = engine.embedders.get(model, dimensions)
         # Already embedded from this very text into this model's vector (a duplicate job, or a
         # sweeper batch): nothing to do. A vector of another model (the default changed) is redone.
         rows = [
@@ -73,6 +75,11 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
             await engine.ensure_vector(collection, vector)
             embedded += await _write_vectors(index, vector.name, rows, vectors)
     return EmbedOutcome(embedded=embedded, stale=stale, missing=missing)
+
+
+def _dimensions(payload: Mapping[str, Any]) -> int | None:
+    value = payload.get("embed_dimensions")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def is_embedded(payload: Mapping[str, Any], expected_hash: str, vector_name: str | None) -> bool:
@@ -126,7 +133,7 @@ async def sweep(engine: Engine, *, max_records: int = 100_000, grace_s: float | 
                 break
         size = engine.settings.embeddings_batch_size
         for start in range(0, len(items), size):
-            await engine.queue.enqueue_embed(surface, index.collection, items[start : start + size])
+            await engine.queue.enqueue_embed(surface, index.collection, items[start : start + size], bulk=index.bulk)
         enqueued[surface] = len(items)
     return enqueued
 

@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from arq.connections import ArqRedis
 from redis.asyncio import ConnectionPool
 
 from service.auth import load_or_create_secret
+from service.engine.deployment import Deployment, resolve_deployment
 from service.engine.embeddings import EmbedderRegistry
 from service.engine.queue import JobQueue, QueueNames, deserialize, is_node_local, serialize
 from service.engine.records import RecordIndex
@@ -41,14 +42,15 @@ class Engine:
     _vectors: set[tuple[str, str]] = field(default_factory=set)
     _serving_refresh: asyncio.Task[None] | None = None
 
-    async def register(self, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = ()) -> RecordIndex:
-        """Create the surface's collection if missing and remember it (sweeper, index status)."""
+    async def register(self, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False) -> RecordIndex:
+        """Create the surface's collection if missing and remember it (sweeper, index status);
+        ``bulk``: its records' embed jobs go to the bulk queue."""
         await self.store.ensure_collection(spec)
         default = self.embedders.default
         if default is not None and default.dimensions:
             # Create the default model's vector up front so dense search works before the first embed.
             await self.ensure_vector(spec.name, VectorSpec(default.vector_name, default.dimensions))
-        index = RecordIndex(self, surface, spec, analyzed_fields)
+        index = RecordIndex(self, surface, spec, analyzed_fields, bulk=bulk)
         self.surfaces[surface] = index
         return index
 
@@ -101,8 +103,12 @@ def create_redis_client(url: str) -> ArqRedis:
 
 
 async def open_engine(settings: Settings, *, store: Store | None = None) -> Engine:
-    """Open the store (taking the data-directory lock for the embedded default) and the rest."""
+    """Open the store (taking the data-directory lock for the embedded default) and the rest.
+
+    The engine's settings carry the deployment's resolved ``queue_prefix`` (``resolve_deployment``)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    deployment = resolve_deployment(settings)
+    settings = replace(settings, queue_prefix=deployment.prefix)
     secret = settings.jwt_secret or load_or_create_secret(settings.data_dir)
     if store is None:
         store = await open_store(
@@ -121,9 +127,15 @@ async def open_engine(settings: Settings, *, store: Store | None = None) -> Engi
         store=store,
         embedders=EmbedderRegistry(settings),
         redis=redis,
-        queue=JobQueue(redis, QueueNames(settings.queue_prefix), workspace_nodes=settings.workspace_nodes, node_local_jobs=node_local_job_names()),
+        queue=JobQueue(
+            redis,
+            QueueNames(settings.queue_prefix),
+            deployment=deployment.id,
+            workspace_nodes=settings.workspace_nodes,
+            node_local_jobs=node_local_job_names(),
+        ),
         jwt_secret=secret,
-        rate_limiter=RateLimiter(redis, settings.queue_prefix, enabled=settings.rate_limits_enabled),
+        rate_limiter=RateLimiter.from_settings(redis, settings),
     )
     from service.engine.migrate import load_serving
     from service.surfaces import register_surfaces
@@ -131,11 +143,27 @@ async def open_engine(settings: Settings, *, store: Store | None = None) -> Engi
     try:
         await load_serving(engine)
         await register_surfaces(engine)
+        from service.engine.teams import report_legacy_team_records
+
+        await report_legacy_team_records(engine)  # old team keys are visible to nobody: say how many
     except BaseException:
         await engine.close()
         raise
     engine.follow_serving_model()
+    _log_deployment(deployment)
     return engine
+
+
+def _log_deployment(deployment: Deployment) -> None:
+    """Say at start which prefix this process's queues and keys use, and where it came from: two
+    deployments on one prefix would take each other's jobs."""
+    log.info(
+        "queue prefix %s (from %s), deployment %s",
+        deployment.prefix,
+        deployment.prefix_source,
+        deployment.id,
+        extra={"prefix": deployment.prefix, "prefix_source": deployment.prefix_source, "deployment": deployment.id},
+    )
 
 
 def node_local_job_names() -> frozenset[str]:

@@ -1,4 +1,4 @@
-"""The MCP server: the three searches as Model Context Protocol tools, over Streamable HTTP and stdio.
+"""The MCP server: the three searches (and the two tools their answers point at) as Model Context Protocol tools, over Streamable HTTP and stdio.
 
     jsonrpc.py   JSON-RPC 2.0 messages, error codes and error bodies
     schemas.py   the tools' JSON Schemas, taken from ``openapi.yaml``

@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from service.actions.routes import search_for_caller as search_actions_for
+from service.catalog.render import content_of
 from service.catalog.routes import answer_body, search_within_deadline
 from service.catalog.search import parse_request
+from service.catalog.waiting import waiting_summary
 from service.code.parsing import resolve_root
+from service.code.registration import register_workspace
 from service.code.routes import search_for_caller as search_code_for
 from service.code.runtime import workspaces_of
 from service.code.semantic import schedule_indexing
@@ -34,6 +37,11 @@ if TYPE_CHECKING:
 # Our deadline fires a little before the request's (the deadline middleware's), so the caller
 # gets a tool result that says what to do rather than a transport error.
 _DEADLINE_MARGIN_S = 0.5
+
+
+# An MCP agent registers with the register_workspace tool (it cannot call POST /v1/workspaces).
+UNKNOWN_ID = "no workspace {ref!r} of yours; register its root with the register_workspace tool, or pass the root of one you registered"
+UNREGISTERED_ROOT = "no workspace is registered at {ref!r}; register it with the register_workspace tool (root: that path) first"
 
 
 class ToolError(Exception):
@@ -57,6 +65,14 @@ class SearchBackend(Protocol):
 
     async def action_search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The ``POST /v1/actions/search`` answer."""
+        ...
+
+    async def waiting_summary(self) -> dict[str, Any]:
+        """The ``GET /v1/catalog/waiting`` answer (``content``, ``structuredContent``)."""
+        ...
+
+    async def register_workspace(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The ``POST /v1/workspaces`` answer: the workspace's state and ``created``."""
         ...
 
 
@@ -91,6 +107,16 @@ class EngineBackend:
             answer = await search_actions_for(self.engine, self.caller, arguments)
         return answer.body
 
+    async def waiting_summary(self) -> dict[str, Any]:
+        doc = await waiting_summary(self.engine, self.caller)
+        return {"content": content_of(doc), "structuredContent": doc}
+
+    async def register_workspace(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The same registration as ``POST /v1/workspaces``: the caller's bases, ownership and quotas
+        (the local stdio server's caller owns the machine, so no base applies to it)."""
+        body, _ = await register_workspace(self.engine, self.caller, arguments, trusted=self.registers_roots)
+        return body
+
     def _budget_s(self) -> float:
         return tool_budget_s(self.engine.settings.request_deadline_s)
 
@@ -108,18 +134,25 @@ class EngineBackend:
         workspaces = workspaces_of(self.engine)
         tenants = (self.caller.user_tenant,)
         if is_workspace_id(ref):
-            return workspaces.owned(tenants, ref)
+            try:
+                return workspaces.owned(tenants, ref)
+            except NotFound:
+                raise NotFound(UNKNOWN_ID.format(ref=ref)) from None
         expanded = os.path.expanduser(ref)
         if not os.path.isabs(expanded) or "\0" in expanded:
             raise ValidationError(
                 f"workspace {ref[:200]!r} is neither a workspace id (ws_ followed by 20 hex digits) nor an absolute path; "
                 "pass the id returned when the workspace was registered, or its root"
             )
-        registered = workspaces.registry.get(workspace_id(self.caller.user_tenant, Path(expanded).resolve()))
+        try:
+            resolved = Path(expanded).resolve()
+        except (RuntimeError, OSError):  # Python 3.11 reports a symlink loop as RuntimeError, later ones as OSError
+            raise ValidationError(f"workspace {ref[:200]!r} is a symlink loop; pass the workspace id or the real path of its root") from None
+        registered = workspaces.registry.get(workspace_id(self.caller.user_tenant, resolved))
         if registered is not None:
             return workspaces.owned(tenants, registered.id)
         if not self.registers_roots:
-            raise NotFound(f"no workspace is registered at {ref[:200]!r}; register it with POST /v1/workspaces {{\"root\": ...}} first")
+            raise NotFound(UNREGISTERED_ROOT.format(ref=ref[:200]))
         return await self._register(ref)
 
     async def _register(self, ref: str) -> Workspace:

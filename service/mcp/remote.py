@@ -18,13 +18,14 @@ import aiohttp
 import orjson
 
 from service.code.workspace import is_workspace_id
-from service.mcp.backends import ToolError
+from service.mcp.backends import UNKNOWN_ID, UNREGISTERED_ROOT, ToolError
+from service.redact import mask_text, mask_url
 
 REMOTE_TIMEOUT_S = 60.0
 
 
 class RemoteBackend:
-    """The three searches through ``base_url``'s HTTP API."""
+    """The tools through ``base_url``'s HTTP API."""
 
     def __init__(self, http: aiohttp.ClientSession, base_url: str) -> None:
         self._http = http
@@ -44,14 +45,30 @@ class RemoteBackend:
         raise self._error(status, body)
 
     async def code_search(self, workspace: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        status, body = await self._call("POST", f"/v1/workspaces/{await self._workspace_id(workspace)}/search", arguments)
+        workspace_id = await self._workspace_id(workspace)
+        status, body = await self._call("POST", f"/v1/workspaces/{workspace_id}/search", arguments)
         if status == 200 and isinstance(body, dict):
             return body
-        raise self._error(status, body)
+        error = self._error(status, body)
+        if status == 404 and error.message.startswith("no workspace"):  # its text names the HTTP route, which an MCP agent cannot call
+            raise ToolError("not_found", UNKNOWN_ID.format(ref=workspace_id))
+        raise error
 
     async def action_search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         status, body = await self._call("POST", "/v1/actions/search", arguments)
         if status == 200 and isinstance(body, dict):
+            return body
+        raise self._error(status, body)
+
+    async def waiting_summary(self) -> dict[str, Any]:
+        status, body = await self._call("GET", "/v1/catalog/waiting", None)
+        if status == 200 and isinstance(body, dict):
+            return body
+        raise self._error(status, body)
+
+    async def register_workspace(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        status, body = await self._call("POST", "/v1/workspaces", arguments)
+        if status in (200, 201) and isinstance(body, dict):
             return body
         raise self._error(status, body)
 
@@ -72,7 +89,7 @@ class RemoteBackend:
         for entry in body.get("workspaces") or []:
             if isinstance(entry, dict) and entry.get("root") in wanted:
                 return str(entry["id"])
-        raise ToolError("not_found", f"no workspace is registered at {ref[:200]!r}; register it with POST /v1/workspaces on {self._base_url} first")
+        raise ToolError("not_found", UNREGISTERED_ROOT.format(ref=ref[:200]))
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
         data = None if body is None else orjson.dumps(body)
@@ -83,7 +100,7 @@ class RemoteBackend:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             detail = str(exc) or type(exc).__name__
-            raise ToolError("unavailable", f"cannot reach the agentsearch service at {self._base_url} ({detail}); check --url and that it runs") from None
+            raise ToolError("unavailable", f"cannot reach the agentsearch service at {mask_url(self._base_url)} ({mask_text(detail)}); check --url and that it runs") from None
         try:
             return status, orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -92,7 +109,7 @@ class RemoteBackend:
     def _error(self, status: int, body: Any) -> ToolError:
         error = body.get("error") if isinstance(body, dict) else None
         if not isinstance(error, dict) or not isinstance(error.get("message"), str):
-            return ToolError("unavailable", f"the agentsearch service at {self._base_url} answered HTTP {status} without an error body")
+            return ToolError("unavailable", f"the agentsearch service at {mask_url(self._base_url)} answered HTTP {status} without an error body")
         message = str(error["message"])
         if status == 401:
             message += "; the token given with --token or AGENTSEARCH_TOKEN was refused: mint a new one with `agentsearch token`"

@@ -38,6 +38,21 @@ def code_result(body: Mapping[str, Any]) -> CallToolResult:
     return {"content": [text(str(body["output"]))], "structuredContent": dict(body), "isError": False}
 
 
+def waiting_result(body: Mapping[str, Any]) -> CallToolResult:
+    """From the ``GET /v1/catalog/waiting`` answer: its markdown, the list structured."""
+    return {"content": [text(str(body["content"]))], "structuredContent": dict(body["structuredContent"]), "isError": False}
+
+
+def registered_result(body: Mapping[str, Any]) -> CallToolResult:
+    """From the ``POST /v1/workspaces`` answer: what was registered and the call that searches it."""
+    verb = "Registered" if body.get("created") else "Already registered (settings updated):"
+    lines = [
+        f"{verb} workspace {body['id']} at {body['root']} (index {body.get('state')}, {body.get('files')} files so far).",
+        f"Next step: call code_search with workspace \"{body['id']}\" and your query; the index builds in the background and searches answer meanwhile.",
+    ]
+    return {"content": [text("\n".join(lines))], "structuredContent": dict(body), "isError": False}
+
+
 def action_result(body: Mapping[str, Any]) -> CallToolResult:
     return {"content": [text(action_text(body))], "structuredContent": dict(body), "isError": False}
 

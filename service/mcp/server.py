@@ -16,9 +16,26 @@ from typing import Any
 
 from service.errors import AgentSearchError
 from service.mcp.backends import SearchBackend, ToolError
-from service.mcp.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, Message, RpcError, error_message, result_message
-from service.mcp.results import CallToolResult, action_result, catalog_result, code_result, error_result, for_version
-from service.mcp.tools import ToolName, tool_named, tools
+from service.mcp.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    Message,
+    RpcError,
+    error_message,
+    result_message,
+)
+from service.mcp.results import (
+    CallToolResult,
+    action_result,
+    catalog_result,
+    code_result,
+    error_result,
+    for_version,
+    registered_result,
+    waiting_result,
+)
+from service.mcp.tools import ToolName, tool_named, tool_names, tools
 from service.validation import Fields
 
 log = logging.getLogger(__name__)
@@ -33,7 +50,8 @@ INSTRUCTIONS = (
     "(capabilities, guides, packages and exports, integrations, MCP servers, secret names); open a hit "
     "with search({entity: ref}). `code_search`: where something lives in a registered code workspace. "
     "`action_search`: which connected service account and action can do it; call the action with the "
-    "`service` it names. Results with isError say what to fix."
+    "`service` it names. `waiting_summary`: everything waiting on the user (expired secrets, reconnects); "
+    "`register_workspace`: make a directory searchable by `code_search`. Results with isError say what to fix."
 )
 
 
@@ -62,6 +80,9 @@ async def answer(message: Message, backend: SearchBackend, version: str) -> dict
         return result_message(message.id, await _result(message.method, message.params, backend, version))
     except RpcError as exc:
         return error_message(message.id, exc)
+    except Exception:  # a defect, never the caller's input: still a JSON-RPC answer, not a bare HTTP 500
+        log.exception("MCP request failed", extra={"method": message.method})
+        return error_message(message.id, RpcError(INTERNAL_ERROR, "the server failed to answer this request; retry, and report it if it persists"))
 
 
 async def _result(method: str, params: dict[str, Any], backend: SearchBackend, version: str) -> dict[str, Any]:
@@ -92,10 +113,10 @@ async def call_tool(params: dict[str, Any], backend: SearchBackend, version: str
     """Unknown tools and malformed params are protocol errors; bad arguments are tool errors."""
     name = params.get("name")
     if not isinstance(name, str):
-        raise RpcError(INVALID_PARAMS, "tools/call needs params.name: search, code_search or action_search")
+        raise RpcError(INVALID_PARAMS, f"tools/call needs params.name, one of {tool_names()}")
     tool = tool_named(name)
     if tool is None:
-        raise RpcError(INVALID_PARAMS, f"unknown tool {name[:100]!r}; the tools are search, code_search and action_search")
+        raise RpcError(INVALID_PARAMS, f"unknown tool {name[:100]!r}; the tools are {tool_names()}")
     arguments = params.get("arguments")
     if arguments is None:
         arguments = {}
@@ -114,6 +135,11 @@ async def run_tool(name: ToolName, backend: SearchBackend, arguments: dict[str, 
             workspace = Fields(arguments).str("workspace", required=True, non_empty=True, max_length=4096)
             rest = {key: value for key, value in arguments.items() if key != "workspace"}
             return code_result(await backend.code_search(workspace, rest))
+        if name is ToolName.WAITING_SUMMARY:
+            Fields(arguments).reject_unknown()  # it takes no inputs
+            return waiting_result(await backend.waiting_summary())
+        if name is ToolName.REGISTER_WORKSPACE:
+            return registered_result(await backend.register_workspace(arguments))
         return action_result(await backend.action_search(arguments))
     except AgentSearchError as exc:
         return error_result(exc.code, exc.message, details=exc.details, catalog=catalog)

@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from service.auth import Caller, Plan, verify_token
+from service.auth import Caller, Plan, verify_token_for
 from service.errors import AgentSearchError
 from service.mcp.backends import EngineBackend, SearchBackend
 from service.mcp.jsonrpc import (
@@ -116,7 +116,7 @@ async def _embedded(settings: Settings, token: str | None) -> AsyncIterator[Engi
     await runner.setup()
     try:
         engine = app[ENGINE]
-        caller = verify_token(engine.jwt_secret, token, audience=settings.jwt_audience) if token else LOCAL_CALLER
+        caller = verify_token_for(engine.settings, engine.jwt_secret, token) if token else LOCAL_CALLER
         yield EngineBackend(engine, caller, registers_roots=True)
     finally:
         await runner.cleanup()

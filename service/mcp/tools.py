@@ -1,4 +1,7 @@
-"""The three tools: ``search`` (catalog), ``code_search`` (a workspace's code) and ``action_search``.
+"""The tools: the three searches, ``search`` (catalog), ``code_search`` (a workspace's code) and
+``action_search``, and two helpers their answers point at: ``waiting_summary`` (everything waiting
+on the user, whose first few the catalog's Waiting block shows) and ``register_workspace`` (what
+``code_search`` on an unregistered root asks for).
 
 Each tool's schemas are the HTTP contract's (see ``schemas.py``); the descriptions are written for
 the model that picks a tool: what it finds, when to use it rather than the other two, and what
@@ -19,6 +22,8 @@ class ToolName(StrEnum):
     SEARCH = "search"
     CODE_SEARCH = "code_search"
     ACTION_SEARCH = "action_search"
+    WAITING_SUMMARY = "waiting_summary"
+    REGISTER_WORKSPACE = "register_workspace"
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class ToolDef:
     description: str
     input_schema: dict[str, Any] = field(hash=False)
     output_schema: dict[str, Any] = field(hash=False)
+    read_only: bool = True
 
     def listing(self, *, structured: bool) -> dict[str, Any]:
         """The ``tools/list`` entry; ``structured``: the protocol version knows ``outputSchema`` and titles."""
@@ -35,7 +41,7 @@ class ToolDef:
             "name": self.name.value,
             "description": self.description,
             "inputSchema": self.input_schema,
-            "annotations": {"title": self.title, "readOnlyHint": True, "idempotentHint": True, "openWorldHint": False},
+            "annotations": {"title": self.title, "readOnlyHint": self.read_only, "idempotentHint": True, "openWorldHint": False},
         }
         if structured:
             entry["title"] = self.title
@@ -56,7 +62,8 @@ connected service account can run an API action (use action_search).
 each hit has an `entity` ref such as `capability:emailSend` or `package:home-controls#./lights`, \
 why it matched, and for the top hits an inlined call shape or call contract.
 - An empty or broad query ("what can you do with email") returns the domain index; `domain` \
-with a query ranks only that domain, without one it lists the domain in curated order.
+with a query ranks only that domain, without one it lists the domain in curated order, 50 a \
+page: pass the answer's `nextCursor` back as `cursor` (same `domain`) for the next page.
 - Next step: call search again with `entity` set to a hit's ref (or a list of 1-10 refs) for \
 its detail: the execute snippet and types of a capability, a package's exports, a guide's \
 markdown. Open one heading with `guide:{id}#{slug}` and lines with `#L165` or `#L165-L180`.
@@ -75,8 +82,8 @@ absolute path of its root.
 `regex: true` it is a Python regular expression (always lexical).
 - Narrow with `path` (a directory or file inside the workspace; "." for all) first, then a \
 simple `glob` (`*.go`, `internal/*.go`, `pkg/*_test.go`; no `**`).
-- The answer is text-first: one `path:line:snippet` per match, prefixed `[lexical]`, \
-`[semantic]` or `[merged]` in hybrid mode, then `notice:` lines. Next step: read the file at \
+- The answer is text-first: one `path:line:snippet` per match in every mode (which pass found \
+it is in the structured results), then `notice:` lines. Next step: read the file at \
 that line. A notice that the semantic scope is too large means the answer is lexical: narrow \
 `path` or `glob` for meaning-based matches."""
 
@@ -95,20 +102,45 @@ every callable instance without actions (browse mode).
 `setup_required: true` rows: the user must set those up before they can be called.
 - `exclude`: comma-separated instance names or template keys to drop (services already tried)."""
 
+WAITING_SUMMARY_DESCRIPTION = """\
+Everything waiting on the signed-in user: expired secrets, integrations that need reconnecting, \
+disconnected MCP servers and other items the platform reported. Ranked search shows the first \
+three as its Waiting block; this lists them all. No inputs.
+
+Each item has a status (`block`: calls that need it fail until the user acts; `degraded`) and the \
+step the user must take. An agent cannot clear these itself: tell the user."""
+
+REGISTER_WORKSPACE_DESCRIPTION = """\
+Register a directory as a code workspace so code_search can search it, or update the search \
+settings of one already registered. Use it when code_search says no workspace is registered at a \
+path.
+
+- `root`: the absolute path of the directory; it must lie under one of the base directories this \
+service allows you, else the answer says which ones are allowed.
+- `search` (optional): skip_dirs, embeddings_model, embeddings_dimensions, prewarm_embeddings.
+- Next step: call code_search with `workspace` set to the returned `id` (or the root path). The \
+index builds in the background; searches answer meanwhile. Registering the same root again \
+returns the same id."""
+
+_REGISTER_INPUTS = {
+    "root": "Absolute path of the directory to register, under a base directory this service allows you.",
+}
+
 _SEARCH_INPUTS = {
-    "query": "A short task phrase. Empty or broad: the domain index.",
+    "query": "A short task phrase. Empty or broad: the domain index. Only the first 2,000 characters are searched (a notice says so).",
     "domain": "A domain id (email, jobs, mcp:home) to scope to; without query, lists that domain. Unknown ids are refused with the valid ones.",
     "entity": "A ref `{type}:{id}[#fragment]` from a hit (types capability, guide, integration, mcp-server, package, secret), or a list of 1-10. Not combined with query or domain.",
-    "limit": "Most ranked hits (1-50, default 10).",
+    "limit": "Most ranked hits (default 10) or listing page size (default 50); over 50 answers 50, with a notice.",
+    "cursor": "A domain listing's nextCursor, with the same domain and no query: the next page.",
     "maxResponseSize": "Markdown budget in characters (500-200000): low-ranked hits are trimmed.",
     "includeHiddenPackages": "Also rank hidden saved packages (default false).",
 }
 _CODE_INPUTS = {
-    "query": "Words, an identifier, or (with regex) a Python regular expression.",
+    "query": "Words, an identifier, or (with regex) a Python regular expression. Words past 1,000 characters are not searched (a notice says so).",
     "path": "'.' (default, the whole workspace) or a directory or file inside it, relative to its root.",
     "glob": "A basename glob (*.go) or a relative one (internal/*.go); no **.",
     "mode": "hybrid (default: lexical + semantic) or lexical (text only).",
-    "limit": "Most result lines (1-200, default 20).",
+    "limit": "Most result lines (default 20); over 200 answers 200, with a notice.",
 }
 _WORKSPACE_INPUT = {
     "workspace": {
@@ -119,10 +151,10 @@ _WORKSPACE_INPUT = {
     }
 }
 _ACTION_INPUTS = {
-    "query": "What you want done. Empty string: browse mode (every callable instance, no actions).",
+    "query": "What you want done. Empty string: browse mode (every callable instance, no actions). Only the first 1,000 characters are searched (a notice says so).",
     "include_catalog": "Also list un-connected templates as setup_required rows (default false).",
-    "exclude": "Comma-separated instance names or template keys to omit, e.g. 'stripe_test,gmail'.",
-    "limit": "Most results (1-100, default 20); browse mode is not truncated.",
+    "exclude": "Comma-separated instance names or template keys to omit, e.g. 'stripe_test,gmail' (a trailing comma is fine).",
+    "limit": "Most results (default 20; over 100 answers 100, with a notice); browse mode is not truncated.",
 }
 
 
@@ -150,7 +182,28 @@ def tools() -> tuple[ToolDef, ...]:
             contract_schema("ActionSearchRequest", descriptions=_ACTION_INPUTS),
             contract_schema("ActionSearchResponse"),
         ),
+        ToolDef(
+            ToolName.WAITING_SUMMARY,
+            "List everything waiting on the user",
+            WAITING_SUMMARY_DESCRIPTION,
+            {"type": "object", "properties": {}, "additionalProperties": False},
+            contract_schema("CatalogWaitingList"),
+        ),
+        ToolDef(
+            ToolName.REGISTER_WORKSPACE,
+            "Register a directory for code search",
+            REGISTER_WORKSPACE_DESCRIPTION,
+            contract_schema("WorkspaceRegistration", descriptions=_REGISTER_INPUTS),
+            contract_schema("WorkspaceState"),
+            read_only=False,
+        ),
     )
+
+
+def tool_names() -> str:
+    """``search, code_search, ... and register_workspace``: the tool names for a message."""
+    names = [tool.name.value for tool in tools()]
+    return f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def tool_named(name: str) -> ToolDef | None:

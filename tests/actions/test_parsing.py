@@ -79,8 +79,19 @@ def test_instance_owner_defaults_and_tenants() -> None:
         },
         ALICE,
     )
-    assert [i.tenant for i in parsed] == ["user:alice", "org:acme", "team:sales"]
+    assert [i.tenant for i in parsed] == ["user:alice", "org:acme", "team:acme/sales"]  # a team within its org
     assert parsed[0].connected is True and parsed[0].tier is Tier.USER
+
+
+def test_a_team_instance_needs_the_teams_org_and_admins_name_another_orgs_team_with_it() -> None:
+    team = instance(name="deals", tier="team", owner="sales", auth={"type": "api_key", "secret_name": "DEALS_KEY"})
+    with pytest.raises(ValidationError, match="needs a token with an org claim"):
+        parse_instances_body({"instances": [team]}, Caller(sub="ann", teams=("sales",)))
+    admin = Caller(sub="root", admin=True)
+    seeded = parse_instances_body({"instances": [{**team, "owner": "globex/sales"}]}, admin)
+    assert [(i.tenant, i.owner, i.org) for i in seeded] == [("team:globex/sales", "sales", "globex")]
+    with pytest.raises(ValidationError, match="<org>/<team>"):
+        parse_instances_body({"instances": [team]}, admin)
 
 
 @pytest.mark.parametrize(
@@ -135,9 +146,13 @@ def test_search_defaults_and_limits() -> None:
     parsed = parse_search_body({"query": "send an email"})
     assert (parsed.limit, parsed.include_catalog, parsed.exclude, parsed.browse) == (20, False, (), False)
     assert parse_search_body({"query": "", "limit": 100}).browse
-    for limit in (0, 101, 1000):
+    for limit in (0, -1):
         with pytest.raises(ValidationError, match="between 1 and 100"):
             parse_search_body({"query": "x", "limit": limit})
+    for limit in (101, 1000):
+        clamped = parse_search_body({"query": "x", "limit": limit})
+        assert clamped.limit == 100 and clamped.notices == ("limit is over its maximum of 100; answered with 100.",)
+    assert parse_search_body({"query": "", "limit": 500}).notices == ()  # browse mode has no limit to clamp
     with pytest.raises(ValidationError, match="query is required"):
         parse_search_body({"limit": 5})
     with pytest.raises(ValidationError, match="unknown field 'domain'"):
@@ -148,6 +163,9 @@ def test_exclude_forms() -> None:
     assert parse_exclude("gmail_work, stripe ,gmail_work") == ("gmail_work", "stripe")
     assert parse_exclude(["a", "b"]) == ("a", "b")
     assert parse_exclude("") == ()
-    for bad, message in [("a,,b", "entry 2 is empty"), ("a,", "entry 2 is empty"), (42, "comma-separated string"), (["a", 1], "entry 2 must be a string"), (",".join("x" * 101), "limit is 100")]:
+    assert parse_exclude("a,b,") == parse_exclude("a, b , ,") == ("a", "b")  # trailing commas are ignored
+    assert parse_exclude(",") == ()
+    assert parse_exclude(",".join("x" * 100) + ",") == ("x",)
+    for bad, message in [("a,,b", "entry 2 is empty"), (",a", "entry 1 is empty"), (42, "comma-separated string"), (["a", 1], "entry 2 must be a string"), (",".join("x" * 101), "limit is 100")]:
         with pytest.raises(ValidationError, match=re.escape(message)):
             parse_exclude(bad)

@@ -107,7 +107,7 @@ BAD_SEARCHES: list[tuple[dict[str, Any], str]] = [
     ({"query": "x", "limit": 0}, "between 1 and 100"),
     ({"query": "x", "limit": "20"}, "limit must be an integer"),
     ({"query": "x", "exclude": ["gmail", 3]}, "exclude entry 2 must be a string"),
-    ({"query": "x", "exclude": "gmail_work,"}, "exclude entry 2 is empty"),
+    ({"query": "x", "exclude": "gmail_work,,stripe"}, "exclude entry 2 is empty"),
     ({}, "query is required"),
 ]
 

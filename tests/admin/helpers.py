@@ -25,6 +25,7 @@ from service.app import create_app
 from service.settings import Settings
 from service.state import ENGINE, WORKER_STATE
 from tests.conftest import auth, token_for, wait_until
+from workers.settings import own_jobs_only
 
 HOLD = "admin_test_hold"
 ADMIN = auth("root", admin=True)
@@ -56,7 +57,7 @@ async def admin_client(settings: Settings, *, sample_interval_s: float = 0.5) ->
     await client.start_server()
     try:
         for worker in app[WORKER_STATE]["workers"]:
-            worker.functions[HOLD] = func(hold_job, name=HOLD, timeout=settings.job_timeout_s, max_tries=3)
+            worker.functions[HOLD] = func(own_jobs_only(HOLD, hold_job), name=HOLD, timeout=settings.job_timeout_s, max_tries=3)
         # The embed worker takes jobs once it has loaded the model (the first app of a process waits
         # for it); its health check starts after that, so "up" means ready.
         await wait_until(lambda: _workers_up(client), timeout_s=180, interval_s=0.2)

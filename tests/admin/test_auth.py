@@ -51,7 +51,7 @@ async def test_login_cookie_is_httponly_strict_and_actions_need_csrf(settings: S
         assert user.status == 403 and "admin token" in await user.text()
         assert "agentsearch_admin" not in user.cookies
         bad = await client.post("/admin/login", data={"token": "garbage"}, allow_redirects=False)
-        assert bad.status == 401 and "invalid token" in await bad.text()
+        assert bad.status == 401 and "malformed token" in await bad.text()
 
         login = await client.post("/admin/login", data={"token": admin_token()}, allow_redirects=False)
         assert login.status == 303 and login.headers["Location"] == "/admin"

@@ -84,11 +84,11 @@ async def test_index_state_and_embed_jobs_per_surface_and_tenant(settings: Setti
 async def test_workers_health_lines_then_down_when_stopped(settings: Settings) -> None:
     async with admin_client(settings) as client:
 
-        async def both_up() -> bool:
+        async def all_up() -> bool:
             workers = (await get_json(client, "/admin/api/workers"))["workers"]
-            return [w["status"] for w in workers] == ["up", "up"]
+            return [w["status"] for w in workers] == ["up", "up", "up"]
 
-        await wait_until(both_up, timeout_s=30)
+        await wait_until(all_up, timeout_s=30)
         job_id = await enqueue_hold(client, "w1")
         await release(client, "w1")
         await wait_status(client, job_id, "complete")
@@ -99,8 +99,8 @@ async def test_workers_health_lines_then_down_when_stopped(settings: Settings) -
 
         await wait_until(counted, timeout_s=settings.worker_health_check_s * 3)
         body = await get_json(client, "/admin/api/workers")
-        embed, fast = body["workers"]
-        assert embed["queue"] == "embed" and fast["queue"] == "fast" and body["health_check_interval_s"] == settings.worker_health_check_s
+        embed, bulk, fast = body["workers"]
+        assert embed["queue"] == "embed" and bulk["queue"] == "bulk" and fast["queue"] == "fast" and body["health_check_interval_s"] == settings.worker_health_check_s
         assert "j_complete=" in embed["line"] and embed["complete"] >= 1 and embed["failed"] == 0
         assert {"complete", "failed", "retried", "ongoing", "queued"} <= set(embed)
         assert 0 <= embed["age_s"] <= settings.worker_health_check_s + 1 and embed["reason"] is None
@@ -110,7 +110,7 @@ async def test_workers_health_lines_then_down_when_stopped(settings: Settings) -
         stop_workers(state["workers"])
         await state["task"]
         body = await get_json(client, "/admin/api/workers")
-        assert [w["status"] for w in body["workers"]] == ["down", "down"]
+        assert [w["status"] for w in body["workers"]] == ["down", "down", "down"]
         assert "j_complete=" in body["workers"][0]["line"]  # the last line seen stays readable
         assert "stopped" in body["workers"][0]["reason"]
         page = await client.get("/admin", headers=ADMIN)

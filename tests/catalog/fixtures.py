@@ -177,6 +177,12 @@ INTEGRATIONS = [
     },
 ]
 
+# Platform capabilities that answers name when this catalog has them (an outdated fork's absorb step).
+ABSORB_CAPABILITIES = [
+    {"type": "capability", "id": "communityGet", "domain": "packages", "summary": "Read one public community package listing.", "inputType": "{ name: string }"},
+    {"type": "capability", "id": "repoPublishSession", "domain": "packages", "summary": "Publish a repo session as the package's new version.", "inputType": "{ sessionId: string; absorbed_upstream_commit?: string }"},
+]
+
 GITHUB_PACKAGE = {"type": "package", "id": "github-helpers", "name": "@alice/github-helpers", "summary": "Helpers to open pull requests.", "tags": ["github"]}
 
 SECRETS = [

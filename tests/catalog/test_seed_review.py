@@ -18,10 +18,11 @@ from service.catalog import render
 from service.catalog.search import deadline_answer
 from service.catalog.state import catalog_state
 from service.engine.runtime import Engine
-from service.ratelimit import PLAN_LIMITS
+from service.ratelimit import PLAN_LIMITS, Surface
 from service.settings import Settings
 from service.state import ENGINE
 from tests.catalog.fixtures import (
+    ABSORB_CAPABILITIES,
     ADMIN,
     CAPABILITIES,
     DOMAINS,
@@ -105,10 +106,11 @@ async def test_ranked_package_hits_carry_the_absorb_notice_only_when_the_fork_is
         "summary": "Weather station readings.",
         "fork": {"upstream": "@kody/weather-station", "listingPin": "abc", "tipAncestors": ["abc", "def"]},
     }
+    await put(lexical_client, ABSORB_CAPABILITIES, **ADMIN)  # the absorb step names these calls only when the catalog has them
     await put(lexical_client, [outdated, current])
     home = (await search(lexical_client, {"query": "lights and shades"}))["structuredContent"]["results"][0]
     assert home["entity"] == "package:home-controls" and home["listingAhead"] is True
-    assert "communityGet" in home["nextStep"] and "absorbed_upstream_commit" in home["nextStep"]
+    assert "kody.communityGet" in home["nextStep"] and "absorbed_upstream_commit" in home["nextStep"]
     weather = (await search(lexical_client, {"query": "weather station readings"}))["structuredContent"]["results"][0]
     assert weather["entity"] == "package:weather-station" and "listingAhead" not in weather and "nextStep" not in weather
     detail = (await search(lexical_client, {"entity": "package:weather-station"}))["structuredContent"]["results"][0]
@@ -170,15 +172,15 @@ async def test_every_plan_has_the_seed_minute_and_day_ceilings(engine: Engine) -
     for plan, (per_minute, _) in PLAN_LIMITS.items():
         caller = Caller(f"burst-{plan.value}", plan=plan)
         for _ in range(per_minute):
-            assert await engine.rate_limiter.check(caller, now=minute_start) is None
-        exceeded = await engine.rate_limiter.check(caller, now=minute_start)
+            assert await engine.rate_limiter.check(caller, Surface.CATALOG, now=minute_start) is None
+        exceeded = await engine.rate_limiter.check(caller, Surface.CATALOG, now=minute_start)
         assert exceeded is not None and exceeded.window == "minute" and exceeded.limit == per_minute
         assert exceeded.as_dict()["code"] == "rate_limited" and 1 <= exceeded.retry_after_s <= 60
     # the day ceiling trips across minutes: 1,000 free searches spread 50 a minute, then one more
     caller = Caller("daily-free", plan=Plan.FREE)
     for i in range(1_000):
-        assert await engine.rate_limiter.check(caller, now=minute_start + (i // 50) * 60) is None
-    exceeded = await engine.rate_limiter.check(caller, now=minute_start + 20 * 60)
+        assert await engine.rate_limiter.check(caller, Surface.CATALOG, now=minute_start + (i // 50) * 60) is None
+    exceeded = await engine.rate_limiter.check(caller, Surface.CATALOG, now=minute_start + 20 * 60)
     assert exceeded is not None and exceeded.window == "day" and exceeded.limit == 1_000
 
 
@@ -277,7 +279,8 @@ async def test_capability_detail_says_to_pass_empty_params_when_nothing_is_requi
     refs_ = ["capability:emailSend", "capability:emailList", "capability:jobList", "capability:mcp:home:set_pin", "capability:mcp:home:get_temperature"]
     answer = await search(lexical_client, {"entity": refs_})
     steps = [r["nextStep"] for r in answer["structuredContent"]["results"]]
-    required = "Run the execute snippet with params matching inputTypeDefinition."
+    required = "Run the execute snippet with params matching the input type."
     empty = "Run the execute snippet with params {} (no field is required)."
     assert steps == [required, empty, empty, required, empty]
-    assert f"Next step: {empty}" in answer["content"]
+    # One "Next step:" per answer (the first item's own step); the other items' steps read "To do:".
+    assert answer["content"].count("Next step:") == 1 and f"Next step: {required}" in answer["content"] and f"To do: {empty}" in answer["content"]

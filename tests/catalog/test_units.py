@@ -91,9 +91,10 @@ def test_ordinary_queries_are_not_identities_and_urls_need_the_owner() -> None:
 
 def test_call_shapes_and_types_from_json_schema() -> None:
     tool = {"server": "home", "tool": "set-pin", "input_schema": {"type": "object", "properties": {"pin": {"type": "string"}, "tries": {"type": "integer"}}, "required": ["pin"]}}
-    assert accessor(tool) == 'kody.mcp["home"]["set-pin"]'
-    assert call_shape(tool) == 'kody.mcp["home"]["set-pin"](params: { pin: string; tries?: number })'
-    assert accessor({"entity_id": "emailSend"}) == "kody.emailSend"
+    assert accessor(tool, runtime="kody") == 'kody.mcp["home"]["set-pin"]'
+    assert call_shape(tool, runtime="kody") == 'kody.mcp["home"]["set-pin"](params: { pin: string; tries?: number })'
+    assert accessor({"entity_id": "emailSend"}, runtime="kody") == "kody.emailSend"
+    assert accessor({"entity_id": "emailSend"}, runtime="acme") == "acme.emailSend"
     assert schema_to_ts({"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}}) == "Array<string | null>"
-    long_shape = call_shape({"entity_id": "x", "input_type": "{ " + "a: string; " * 100 + "}"}, limit=60)
+    long_shape = call_shape({"entity_id": "x", "input_type": "{ " + "a: string; " * 100 + "}"}, runtime="kody", limit=60)
     assert len(long_shape) <= 60 and long_shape.endswith("…)")

@@ -44,6 +44,7 @@ def module_settings(tmp_path_factory: pytest.TempPathFactory, module_prefix: str
         queue_prefix=module_prefix,
         jwt_secret=TEST_SECRET,
         allowed_roots=(base / "workspaces",),
+        single_tenant=True,  # the module's callers share one plain base (tests/code/test_roots.py: multi-tenant)
         sweep_interval_s=5,
         worker_health_check_s=5,
         job_timeout_s=60,

@@ -82,6 +82,28 @@ def test_index_through_a_pipe_prints_a_summary_and_no_progress_bar(indexed: tupl
     assert (data / "workspaces").is_dir() and (data / "index").is_dir(), "the engine's data directory was used"
 
 
+def test_index_dot_never_indexes_its_own_data_directory(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """``agentsearch index .`` in a project whose ``./data`` is the default data directory (with the
+    dev JWT secret in it): the walk skips it, so no search finds the secret."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "app.py").write_text("def handler():\n    return 'ok'\n")
+
+    def here(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, env=cli_env, cwd=project, timeout=180)
+
+    assert here("token", "--sub", "dev").returncode == 0  # writes ./data/jwt-secret
+    secret = (project / "data" / "jwt-secret").read_text().strip()
+    indexed = here("index", ".", "--json")
+    assert indexed.returncode == 0, indexed.stderr
+    assert json.loads(indexed.stdout)["files"] == 1, "app.py alone: nothing under ./data"
+    for query in (secret, "jwt"):
+        found = here("search", ".", query, "--mode", "lexical", "--json")
+        assert found.returncode == 1 and json.loads(found.stdout)["results"] == [], found.stdout
+    refused = here("index", "./data")
+    assert refused.returncode == 2 and "never searchable" in refused.stderr, refused.stderr
+
+
 def test_search_piped_is_plain_path_line_snippet(indexed: tuple[Path, Path, subprocess.CompletedProcess[str]], cli_env: dict[str, str]) -> None:
     tree, data, _ = indexed
     result = cli("search", str(tree), "hash_password", "--mode", "lexical", "--data-dir", str(data), env=cli_env)

@@ -101,7 +101,7 @@ async def test_an_ordinary_front_end_runs_no_node_worker_and_queues_workspace_jo
         listed = await get_json(client, "/admin/api/jobs?queue=node:node-b")
         assert {row["id"]: row["status"] for row in listed["jobs"]}[warmed["id"]] == "queued"
         overview = await get_json(client, "/admin/api/overview")
-        assert set(overview["queues"]) == {"embed", "fast", "node:node-a", "node:node-b"}
+        assert set(overview["queues"]) == {"embed", "bulk", "fast", "node:node-a", "node:node-b"}
         assert overview["queues"]["node:node-b"]["queued"] == 2 and overview["queues"]["fast"]["queued"] == 0
         assert sorted(await queued_functions(engine, names.node("node-b"))) == sorted([INDEX_JOB, WARM_JOB])
         assert await queued_functions(engine, names.node("node-a")) == [INDEX_JOB]

@@ -52,7 +52,8 @@ async def test_the_scope_limit_is_at_most_that_many_chunks(settings: Settings, e
         exactly = await search(client, wid, query="hash a password with a salt", path="src/pkg/auth.py")
         assert exactly["meta"]["scope"]["chunks"] == limit
         assert exactly["meta"]["mode"] == "hybrid" and exactly["meta"]["fallback"] is None, exactly["notices"]
-        assert exactly["output"].splitlines()[0].startswith(("[lexical] ", "[semantic] ", "[merged] "))
+        first = exactly["results"][0]
+        assert exactly["output"].splitlines()[0] == f"{first['path']}:{first['line']}:{first['snippet']}", "path:line:snippet, the source in results"
         # embeddings_dimensions omitted: the endpoint is never asked for a size, so the model's default applies.
         calls = embedding_endpoint.app[CALLS]
         assert calls and all("dimensions" not in call for call in calls)
@@ -61,8 +62,9 @@ async def test_the_scope_limit_is_at_most_that_many_chunks(settings: Settings, e
 
 async def test_index_dir_holds_the_cache(settings: Settings) -> None:
     base = settings.allowed_roots[0]
-    own_dir, service_dir = base / "search-cache", base / "service-cache"
+    service_dir = base / "service-cache"
     app_settings = variant(settings, "index-dir", embeddings_model=None, revalidate_interval_s=0.0, index_dir=service_dir)
+    own_dir = app_settings.data_dir / "search-cache"  # a workspace's own index_dir lies under the data directory or index_dir
     async with running(app_settings) as client:
         own = await register(client, write_tree(base / "own"), index_dir=str(own_dir))
         default = await register(client, write_tree(base / "default"))

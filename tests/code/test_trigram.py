@@ -12,14 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.code.chunker import chunk_file
+from service.code.lexical import run_matcher
+from service.code.rematch import line_matches
 from service.code.trigram import (
     AllOf,
     AnyOf,
     IndexLocked,
-    RegexTimeout,
     Requirement,
     TrigramIndex,
-    find_line_matches,
+    line_requirement,
     regex_compile,
     required_literals,
     trigrams,
@@ -140,8 +141,10 @@ def test_a_closed_index_refuses_writes(tmp_path: Path) -> None:
         ("a.*b", None),
         ("x|yz", None),
         ("(ab){3}", "ababab"),
-        ("[[:alpha:]]abc", None),  # regex reads a POSIX class where re reads a set: no prefilter
-        ("abc{e<=1}", None),  # fuzzy matching in regex, literal text in re
+        ("[[:alpha:]]abc", None),  # re warns of a possible nested set: no prefilter
+        ("abc{e<=1}", "abc{e<=1}"),  # literal text in re
+        ('"{d}', '"{d}'),
+        ("{self.x}", AllOf(("{self",))),
         ("(unclosed", None),
     ],
 )
@@ -261,25 +264,86 @@ def test_line_matches_give_line_numbers_and_texts() -> None:
     text = "import os\ndef first():\n    pass\n\ndef second(): return first()\nDEF third"
     pattern = regex_compile(r"^def (\w+)")
 
-    assert find_line_matches(pattern, text, 10, 1.0) == [(2, "def first():"), (5, "def second(): return first()")]
-    assert find_line_matches(regex_compile("first"), text, 10, 1.0) == [
+    assert line_matches(pattern, text, 10) == [(2, "def first():"), (5, "def second(): return first()")]
+    assert line_matches(regex_compile("first"), text, 10) == [
         (2, "def first():"),
         (5, "def second(): return first()"),
     ]
-    assert find_line_matches(regex_compile("def", ignore_case=True), text, 2, 1.0) == [
+    assert line_matches(regex_compile("def", ignore_case=True), text, 2) == [
         (2, "def first():"),
         (5, "def second(): return first()"),
     ]
-    assert find_line_matches(regex_compile("absent"), text, 10, 1.0) == []
+    assert line_matches(regex_compile("absent"), text, 10) == []
 
 
-def test_catastrophic_backtracking_is_bounded() -> None:
+async def test_catastrophic_backtracking_is_bounded() -> None:
+    """Python's re backtracks (x+x+)+y for ages: the matching process is killed at its deadline,
+    and the files it answered before stay answered."""
     pattern = regex_compile(r"(x+x+)+y")
-    text = "ok line\n" + "x" * 5_000
+    files = [{"path": "ok.txt", "text": "xxy\n"}, {"path": "slow.txt", "text": "ok line\n" + "x" * 5_000}]
+    request = {"pattern": pattern.pattern, "flags": pattern.flags, "root": "/nonexistent", "max_bytes": 1 << 20, "max_matches": 10, "files": files}
 
     started = time.monotonic()
-    with pytest.raises(RegexTimeout) as raised:
-        find_line_matches(pattern, text, 10, 0.2)
+    run = await run_matcher(request, time.monotonic() + 0.5)
 
-    assert time.monotonic() - started < 2.0
-    assert raised.value.partial == []
+    assert time.monotonic() - started < 3.0
+    assert run.timed_out and run.scanned == 1
+    assert run.found == [(0, [(1, "xxy")])]
+
+
+# --- file candidates: matches may cross chunks --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("foo\nbar", AllOf(("foo", "bar"))),  # each line piece lies in some chunk
+        ("ab\n  \nxyz", "xyz"),  # "ab" is short, "  " a blank line: no condition from them
+        ("   \n\t\t\t", None),
+        ("(?s)foo.*bar", AllOf(("foo", "bar"))),
+        ("x|yz\nabc", None),
+    ],
+)
+def test_line_requirement_keeps_only_pieces_of_non_blank_lines(pattern: str, expected: Requirement | None) -> None:
+    assert line_requirement(required_literals(pattern)) == expected
+
+
+# Blocks of valid Python, so the chunker cuts declarations apart; blank and whitespace-only lines between.
+BLOCKS = st.sampled_from(
+    ["def foo():\n    return bar", "", "   ", "\t", "class Baz:\n    def qux(self):\n        pass", "x = foo + bar  # baz", "def bar():\n    return 'foo baz'"]
+)
+PATTERN_PIECES = st.sampled_from(
+    ["foo", "bar", "baz", "def", "return", "\n", "\n\n", "bar\n\ndef", ":\n    return", " ", "    ", ".*", "(?s:.*)", r"\s*", r"\w+", "[ \t]+", "^", "$", "(?:foo|qux)"]
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    files=st.lists(st.lists(BLOCKS, min_size=1, max_size=12).map("\n".join), min_size=1, max_size=4),
+    pieces=st.lists(PATTERN_PIECES, min_size=1, max_size=5),
+    ignore_case=st.booleans(),
+)
+def test_file_candidates_never_drop_a_file_that_matches(tmp_path_factory: pytest.TempPathFactory, files: list[str], pieces: list[str], ignore_case: bool) -> None:
+    """Chunked by the real chunker, indexed by chunk, the prefilter keeps every file whose whole
+    text ``re`` matches, also where the match crosses chunks or blank lines between them."""
+    pattern = "".join(pieces)
+    compiled = regex_compile(pattern, ignore_case)
+    with TrigramIndex.open(tmp_path_factory.mktemp("trigram")) as index:
+        for number, text in enumerate(files):
+            path = f"f{number}.py"
+            index.add((f"{path}#{chunk.start_line}", path, chunk.text) for chunk in chunk_file(path, text))
+        index.commit()
+        candidates = index.candidate_paths(pattern, 10_000, ignore_case=ignore_case)
+    matching = {f"f{number}.py" for number, text in enumerate(files) if compiled.search(text)}
+    assert candidates is None or matching <= candidates, (pattern, candidates, matching)
+
+
+def test_file_candidates_join_the_chunks_of_a_file(tmp_path: Path) -> None:
+    with TrigramIndex.open(tmp_path / "trigram") as index:
+        index.add([("a#1", "a.py", "def alpha():\n    return 1"), ("a#4", "a.py", "def beta():\n    return 2"), ("b#1", "b.py", "def alpha(): pass")])
+        index.commit()
+        assert index.candidate_paths("(?s)alpha.*beta", 10) == {"a.py"}  # the two literals lie in two chunks
+        assert index.candidate_paths("return 1\n\ndef beta", 10) == {"a.py"}
+        assert index.candidate_paths("alpha|gamma", 10) == {"a.py", "b.py"}
+        assert index.candidate_paths("alpha", 1) is None  # more chunks hold it than the limit: scan every file
+        assert index.candidate_paths(r"\w+", 10) is None

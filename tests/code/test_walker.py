@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.code.walker import WalkResult, walk
+from service.code.walker import NO_INDEX_MARKER, WalkResult, walk
 
 
 def write(path: Path, content: str | bytes = "text\n") -> Path:
@@ -166,3 +166,21 @@ def test_walk_of_the_standard_library_is_fast() -> None:
     assert result.skipped_binary > 100  # the .pyc files
     assert not any("site-packages/" in walked.path for walked in result.files)
     assert elapsed < 1.5, f"walking the stdlib took {elapsed:.2f} s"
+
+
+def test_the_services_own_directories_are_never_walked(tmp_path: Path) -> None:
+    """A protected directory (by path), a directory holding the marker (another deployment's data,
+    a workspace cache), links into either, and a root inside one: none yields a file."""
+    (tmp_path / "app.py").write_text("x = 1\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "jwt-secret").write_text("secret\n")
+    other = tmp_path / "nested" / "other-data"
+    other.mkdir(parents=True)
+    (other / NO_INDEX_MARKER).write_text("")
+    (other / "jwt-secret").write_text("theirs\n")
+    os.symlink(data / "jwt-secret", tmp_path / "key.txt")
+    os.symlink(other / "jwt-secret", tmp_path / "their-key.txt")
+    assert paths(walk(tmp_path, protected=[data])) == {"app.py"}
+    assert walk(data, protected=[data]).files == [] and walk(other).files == []
+    assert "data/jwt-secret" in paths(walk(tmp_path)), "the control: unprotected, the data directory is walked"

@@ -114,7 +114,7 @@ BAD_SEARCHES: list[tuple[dict[str, Any], int, str]] = [
     ({"query": "   "}, 400, "validation_error"),
     ({"query": ""}, 400, "validation_error"),
     ({"path": "src"}, 400, "validation_error"),
-    ({"query": "x", "limit": 100000}, 400, "validation_error"),
+    ({"query": "x", "limit": -100000}, 400, "validation_error"),
     ({"query": "x", "limit": 0}, 400, "validation_error"),
     ({"query": "x", "mode": "fuzzy"}, 400, "validation_error"),
     ({"query": "x", "regex": "yes"}, 400, "validation_error"),
@@ -221,7 +221,8 @@ async def test_hybrid_embeds_a_small_cold_scope_at_query_time(client: TestClient
     scoped = found["meta"]["scope"]["chunks"]
     assert found["meta"]["embedded_now"] == scoped > 0
     assert found["results"][0]["path"] == "src/pkg/billing.py" and found["results"][0]["symbol"] == "refund_payment"
-    assert all(line.startswith(("[lexical] ", "[semantic] ", "[merged] ")) for line in found["output"].splitlines())
+    rows = [f"{r['path']}:{r['line']}:{r['snippet']}" for r in found["results"]]
+    assert found["output"].splitlines()[: len(rows)] == rows, "every result line is path:line:snippet; the source is in results"
     assert sum(found["meta"]["source_mix"].values()) == len(found["results"])
     after = await status(client, wid)
     assert after["embedded"] == before["embedded"] + scoped

@@ -129,7 +129,7 @@ async def test_a_process_that_is_no_workspace_node_runs_no_node_worker(settings:
         names = engine.queue.names
         workers = build_workers(engine)
         try:
-            assert [worker.queue_name for worker in workers] == [names.embed, names.fast]
+            assert [worker.queue_name for worker in workers] == [names.embed, names.bulk, names.fast]
         finally:
             for worker in workers:
                 await worker.close()
@@ -146,7 +146,7 @@ async def test_a_process_that_is_no_workspace_node_runs_no_node_worker(settings:
     try:
         workers = build_workers(engine)
         try:  # a workspace node's full workers (the embedded default) include its node queue
-            assert [worker.queue_name for worker in workers] == [engine.queue.names.embed, engine.queue.names.fast, engine.queue.names.node(home)]
+            assert [worker.queue_name for worker in workers] == [engine.queue.names.embed, engine.queue.names.bulk, engine.queue.names.fast, engine.queue.names.node(home)]
         finally:
             for worker in workers:
                 await worker.close()

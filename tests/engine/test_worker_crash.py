@@ -1,4 +1,5 @@
-"""A worker killed with SIGKILL mid-embed: the records stay searchable and the sweeper completes them."""
+"""A worker killed with SIGKILL while an embed job runs: the records stay searchable, and after a
+restart that job's records (and every other) are embedded."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.engine.records import tenant_filter
+from service.engine.queue import deserialize
+from service.engine.records import DONE, tenant_filter
 from service.engine.runtime import open_engine
 from service.engine.search import retrieve
 from tests.conftest import wait_until
@@ -31,20 +33,30 @@ async def test_sigkill_mid_embed_then_sweeper_completes(tmp_path: Path, redis_pr
         assert child.stdout is not None
         line = await asyncio.to_thread(child.stdout.readline)
         assert line.strip() == b"written"
-        # Kill while an embed job is in progress (arq marks it with an in-progress key).
+        # Kill while an embed job is in progress: arq marks a running job with an in-progress key of
+        # its id, and embed job ids are `<prefix>:embed:...` (the sweeper's cron run sets one too, so
+        # any in-progress key would not do).
         import redis.asyncio as aioredis
 
         probe = aioredis.from_url("redis://127.0.0.1:6379/0")
+        running: list[str] = []
         try:
 
-            async def job_running() -> bool:
-                return bool([k async for k in probe.scan_iter(match=f"arq:in-progress:{redis_prefix}*")])
+            async def embed_job_running() -> bool:
+                running.extend([k.decode() async for k in probe.scan_iter(match=f"arq:in-progress:{redis_prefix}:embed:*")])
+                return bool(running)
 
-            await wait_until(job_running, timeout_s=120, interval_s=0.05)
+            await wait_until(embed_job_running, timeout_s=120, interval_s=0.05)
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=30)
+            killed_job = running[0].removeprefix("arq:in-progress:")
+            body = await probe.get(f"arq:job:{killed_job}")
         finally:
             await probe.aclose()
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+        assert body is not None, "the killed job is still queued for a re-run"
+        job = deserialize(body)
+        assert job["f"] == "embed_records"
+        killed_keys = [key for key, _ in job["a"][1]]
     finally:
         if child.poll() is None:
             child.kill()
@@ -73,5 +85,7 @@ async def test_sigkill_mid_embed_then_sweeper_completes(tmp_path: Path, redis_pr
             stop_workers(workers)
             await asyncio.wait_for(task, timeout=60)
         assert (await index.counts()) == {"records": RECORDS, "embedded": RECORDS, "pending": 0}
+        records = await index.get_many(killed_keys)
+        assert len(records) == len(killed_keys) and all(r["embed_state"] == DONE for r in records.values()), "the killed job's records are embedded"
     finally:
         await engine.close()

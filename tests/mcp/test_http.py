@@ -3,17 +3,18 @@ answers on ingested data, bad arguments, a missing token, tenants kept apart, ra
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import jsonschema
 import pytest
-import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 from mcp import MCPError
 
+from service.auth import Caller, Plan
+from service.ratelimit import Surface
 from service.settings import Settings
-from tests.conftest import REDIS_URL, auth
+from service.state import ENGINE
+from tests.conftest import auth
 from tests.mcp.helpers import (
     ALICE,
     BOB,
@@ -27,19 +28,19 @@ from tests.mcp.helpers import (
 )
 
 
-async def test_lists_three_tools_with_schemas_for_inputs_and_outputs(client: TestClient[Any, Any]) -> None:
+async def test_lists_the_tools_with_schemas_for_inputs_and_outputs(client: TestClient[Any, Any]) -> None:
     async with http_mcp(client, token(ALICE)) as mcp:
         assert mcp.server_info is not None and mcp.server_info.name == "agentsearch"
         assert mcp.protocol_version == "2025-11-25"
         assert mcp.server_capabilities.tools is not None
         listed = (await mcp.list_tools()).tools
     by_name = {tool.name: tool for tool in listed}
-    assert set(by_name) == {"search", "code_search", "action_search"}
+    assert set(by_name) == {"search", "code_search", "action_search", "waiting_summary", "register_workspace"}
     for tool in listed:
         jsonschema.Draft202012Validator.check_schema(tool.input_schema)
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"
         jsonschema.Draft202012Validator.check_schema(tool.output_schema)
-        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        assert tool.annotations is not None and tool.annotations.read_only_hint is (tool.name != "register_workspace")
     # Descriptions tell a model which tool to pick and what to call next.
     assert "code_search" in by_name["search"].description and "action_search" in by_name["search"].description
     assert "entity" in by_name["search"].description
@@ -112,7 +113,7 @@ async def test_action_search_answers_seed_003_rows_and_says_them_in_text(client:
 async def test_bad_arguments_are_tool_errors_that_say_what_to_fix(client: TestClient[Any, Any], settings: Settings) -> None:
     workspace_id, _ = await seed_workspace(client, settings.allowed_roots[0])
     async with http_mcp(client, token(ALICE)) as mcp:
-        limit = await mcp.call_tool("search", {"query": "email", "limit": 500})
+        limit = await mcp.call_tool("search", {"query": "email", "limit": 0})
         both = await mcp.call_tool("search", {"query": "email", "entity": "capability:emailSend"})
         unknown_field = await mcp.call_tool("action_search", {"query": "x", "colour": "red"})
         no_workspace = await mcp.call_tool("code_search", {"query": "hash"})
@@ -121,22 +122,22 @@ async def test_bad_arguments_are_tool_errors_that_say_what_to_fix(client: TestCl
         relative = await mcp.call_tool("code_search", {"workspace": "repo", "query": "x"})
         with pytest.raises(MCPError) as unknown_tool:
             await mcp.call_tool("grep", {"query": "x"})
-    assert limit.is_error is True and "limit must be between 1 and 50, got 500" in text_of(limit)
-    assert limit.structured_content == {"kind": "error", "error": {"code": "validation_error", "message": "limit must be between 1 and 50, got 500"}}
+    assert limit.is_error is True and "limit must be between 1 and 50, got 0" in text_of(limit)
+    assert limit.structured_content == {"kind": "error", "error": {"code": "validation_error", "message": "limit must be between 1 and 50, got 0"}}
     assert both.is_error is True and "entity cannot be combined with query" in text_of(both)
     assert unknown_field.is_error is True and "unknown field 'colour'" in text_of(unknown_field) and "allowed:" in text_of(unknown_field)
     assert no_workspace.is_error is True and "workspace is required" in text_of(no_workspace)
     assert bad_regex.is_error is True and text_of(bad_regex).startswith("invalid_regex:")
     assert escape.is_error is True and text_of(escape).startswith("path_outside_workspace:")
     assert relative.is_error is True and "neither a workspace id" in text_of(relative)
-    assert unknown_tool.value.error.code == -32602 and "search, code_search and action_search" in unknown_tool.value.error.message
+    assert unknown_tool.value.error.code == -32602 and "search, code_search, action_search, waiting_summary and register_workspace" in unknown_tool.value.error.message
 
 
 async def test_a_missing_or_bad_token_is_refused_with_a_readable_error(client: TestClient[Any, Any]) -> None:
     missing = await connect_error(client, None)
     assert "missing Authorization header" in missing.error.message and missing.error.data == {"code": "unauthorized"}
     bad = await connect_error(client, "not-a-jwt")
-    assert bad.error.message.startswith("invalid token")
+    assert bad.error.message.startswith("malformed token")
     response = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert response.status == 401 and response.headers["WWW-Authenticate"] == "Bearer"
     body = await response.json()
@@ -165,24 +166,30 @@ async def test_two_tenants_are_kept_apart(client: TestClient[Any, Any], settings
     assert all(row.get("service") != "gmail_work" for row in (actions.structured_content or {})["results"])
 
 
-async def test_tool_calls_count_against_the_callers_rate_limit(client: TestClient[Any, Any], settings: Settings) -> None:
-    """The minute window's counter is set in the real Redis to the free plan's ceiling first."""
+async def test_tool_calls_count_in_the_bucket_of_their_http_surface(client: TestClient[Any, Any]) -> None:
+    """79 catalog searches over HTTP and one over MCP fill carol's catalog bucket (free: 80 a minute):
+    the next MCP ``search`` and the next HTTP search are refused, while ``action_search`` (its own
+    bucket) still answers until that bucket is full too."""
     await seed_actions(client)
-    start = int(time.time() // 60) * 60
-    redis = aioredis.from_url(REDIS_URL)
-    try:
-        await redis.set(f"{settings.queue_prefix}:ratelimit:carol:minute:{start}", 80, ex=120)
-        await redis.set(f"{settings.queue_prefix}:ratelimit:carol:minute:{start + 60}", 80, ex=180)  # a test crossing the minute
-    finally:
-        await redis.aclose()
-    async with http_mcp(client, token({"sub": "carol", "plan": "free"})) as mcp:
+    carol = {"sub": "carol", "plan": "free"}
+    for _ in range(79):
+        assert (await client.post("/v1/catalog/search", json={"query": ""}, headers=auth(**carol))).status == 200
+    async with http_mcp(client, token(carol)) as mcp:
+        last = await mcp.call_tool("search", {"query": ""})
         catalog = await mcp.call_tool("search", {"query": "send an email"})
         actions = await mcp.call_tool("action_search", {"query": "send an email"})
+        assert last.is_error is False and actions.is_error is False
+        refused = await client.post("/v1/catalog/search", json={"query": ""}, headers=auth(**carol))
+        assert refused.status == 429
+        limiter = client.server.app[ENGINE].rate_limiter
+        for _ in range(79):  # the action bucket: one MCP call above, 79 more
+            assert await limiter.check(Caller("carol", plan=Plan.FREE), Surface.ACTIONS) is None
+        actions_full = await mcp.call_tool("action_search", {"query": "send an email"})
     assert catalog.is_error is True and catalog.structured_content is not None
     limit = catalog.structured_content["rateLimit"]
-    assert limit["code"] == "rate_limited" and limit["limit"] == 80 and limit["window"] == "minute"
+    assert limit["code"] == "rate_limited" and limit["limit"] == 80 and limit["window"] == "minute" and limit["surface"] == "catalog"
     assert "retry" in text_of(catalog).lower()
-    assert actions.is_error is True and text_of(actions).startswith("rate_limited: free plan allows 80 searches per minute")
+    assert actions_full.is_error is True and text_of(actions_full).startswith("rate_limited: free plan allows 80 action searches per minute")
 
 
 async def test_structured_content_matches_the_output_schemas(client: TestClient[Any, Any], settings: Settings) -> None:

@@ -133,7 +133,7 @@ async def test_batches_answer_each_request_and_skip_notifications(client: TestCl
     by_id = {reply["id"]: reply for reply in body}
     assert set(by_id) == {1, 2, 3, 4}
     assert by_id[1]["result"] == {} and by_id[2]["error"]["code"] == -32600
-    assert len(by_id[3]["result"]["tools"]) == 3 and "on its own" in by_id[4]["error"]["message"]
+    assert len(by_id[3]["result"]["tools"]) == 5 and "on its own" in by_id[4]["error"]["message"]
     status, body, _ = await post(client, [rpc("notifications/initialized", request_id=None)])
     assert status == 202 and body is None
     status, body, _ = await post(client, [])

@@ -54,7 +54,7 @@ async def test_embedded_stdio_server_searches_the_data_directory(settings: Setti
     params = stdio_server(settings, "--data-dir", str(settings.data_dir), AGENTSEARCH_TOKEN=token(ALICE))
     async with Client(params, read_timeout_seconds=120) as mcp:  # mode auto: discover, then initialize
         assert mcp.server_info is not None and mcp.server_info.name == "agentsearch"
-        assert {tool.name for tool in (await mcp.list_tools()).tools} == {"search", "code_search", "action_search"}
+        assert {tool.name for tool in (await mcp.list_tools()).tools} == {"search", "code_search", "action_search", "waiting_summary", "register_workspace"}
         packages = await mcp.call_tool("search", {"query": "control lights and shades in the house"})
         code = await mcp.call_tool("code_search", {"workspace": str(root), "query": "hash_password", "mode": "lexical"})
         actions = await mcp.call_tool("action_search", {"query": "send an email"})

@@ -146,6 +146,7 @@ async def test_service_killed_and_restarted_keeps_everything_acknowledged(tmp_pa
         AGENTSEARCH_JOB_TIMEOUT_S="4",
         AGENTSEARCH_SWEEP_INTERVAL_S="2",
         AGENTSEARCH_ALLOWED_ROOTS=str(tmp_path / "workspaces"),
+        AGENTSEARCH_SINGLE_TENANT="true",
     )
     try:
         await service.start()

@@ -14,6 +14,7 @@ something to find. Requests carry a user's token, or an admin's for admin-only o
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import time
 import uuid
@@ -164,6 +165,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
             queue_prefix=prefix,
             jwt_secret=TEST_SECRET,
             allowed_roots=(workspaces,),
+            single_tenant=True,  # the fuzzing user registers under the plain base
             rate_limits_enabled=False,  # the fuzzer sends far more than a plan allows; limits have their own test
             job_timeout_s=60,
         )
@@ -302,6 +304,69 @@ def test_what_the_fuzzer_found_stays_fixed(label: str, overrides: dict[str, Any]
     assert response.status_code in statuses, (label, response.status_code, response.text[:500])
     case.validate_response(response, checks=CHECKS, headers=headers)
     _assert_error_shape(response)
+
+
+# A workspace whose root was deleted after indexing, and roots and MCP paths through a symlink
+# loop: each was a server error (or stale results) once; now a documented 4xx, a status that says
+# so, or a JSON-RPC answer.
+ON_A_GONE_WORKSPACE = [
+    ("POST /v1/workspaces/{id}/search", {"body": {"query": "login"}, "media_type": "application/json"}, {409}),
+    ("POST /v1/workspaces/{id}/search", {"body": {"query": "login", "path": "gone.py"}, "media_type": "application/json"}, {409}),
+    ("POST /v1/workspaces/{id}/search", {"body": {"query": "log.n", "regex": True}, "media_type": "application/json"}, {409}),
+    ("GET /v1/workspaces/{id}", {}, {200}),
+    ("POST /v1/workspaces", {"body": {"root": "{gone}"}, "media_type": "application/json"}, {400}),
+    ("POST /v1/workspaces", {"body": {"root": "{loop}/x"}, "media_type": "application/json"}, {400}),
+    ("DELETE /v1/workspaces/{id}", {}, {200}),
+]
+
+
+@pytest.fixture(scope="module")
+def gone_workspace(seeded: Seeded) -> dict[str, str]:
+    """A second workspace of the fuzzing user, indexed, then its root deleted; and a symlink loop."""
+    base = seeded.server.settings.allowed_roots[0]
+    root = base / "gone"
+    root.mkdir()
+    (root / "gone.py").write_text("def login():\n    return 1\n")
+    loop = base / "loop"
+    loop.symlink_to(loop)
+    url = seeded.server.url
+    workspace_id = seeded.session.post(f"{url}/v1/workspaces", json={"root": str(root)}, headers=USER, timeout=60).json()["id"]
+    for _ in range(300):
+        if seeded.session.get(f"{url}/v1/workspaces/{workspace_id}", headers=USER, timeout=60).json()["state"] == "ready":
+            break
+        time.sleep(0.2)
+    shutil.rmtree(root)
+    return {"id": workspace_id, "gone": str(root), "loop": str(loop)}
+
+
+@pytest.mark.parametrize(("label", "overrides", "statuses"), ON_A_GONE_WORKSPACE, ids=[f"{label}-{i}" for i, (label, _, _) in enumerate(ON_A_GONE_WORKSPACE)])
+def test_a_gone_workspace_and_looping_paths_answer_as_documented(
+    label: str, overrides: dict[str, Any], statuses: set[int], seeded: Seeded, gone_workspace: dict[str, str]
+) -> None:
+    operation = SCHEMA.find_operation_by_label(label)
+    assert operation is not None
+    if "body" in overrides and "root" in overrides["body"]:
+        overrides = {**overrides, "body": {"root": overrides["body"]["root"].format(**gone_workspace)}}
+    case = operation.Case(**overrides)
+    if "{id}" in label:
+        case.path_parameters = {"id": gone_workspace["id"]}
+    response = case.call(base_url=seeded.server.url, session=seeded.session, headers=USER, timeout=60, allow_redirects=False)
+    assert response.status_code in statuses, (label, response.status_code, response.text[:500])
+    case.validate_response(response, checks=CHECKS, headers=USER)
+    _assert_error_shape(response)
+    if response.status_code == 409:
+        assert response.json()["error"]["code"] == "workspace_missing"
+    if label == "GET /v1/workspaces/{id}":
+        assert response.json()["state"] == "missing"
+
+
+def test_mcp_code_search_through_a_symlink_loop_is_a_json_rpc_answer(seeded: Seeded, gone_workspace: dict[str, str]) -> None:
+    for workspace in (gone_workspace["loop"] + "/x", gone_workspace["loop"]):
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "code_search", "arguments": {"workspace": workspace, "query": "x"}}}
+        response = seeded.session.post(f"{seeded.server.url}/mcp", json=call, headers={**USER, "Accept": "application/json, text/event-stream"}, timeout=60)
+        assert response.status_code == 200, response.text[:500]
+        reply = response.json()
+        assert reply["jsonrpc"] == "2.0" and reply["id"] == 7 and (reply.get("error") or reply["result"]["isError"] is True), reply
 
 
 def test_an_over_long_request_line_is_the_parsers_plain_400(seeded: Seeded) -> None:

@@ -2,18 +2,18 @@
 
 Each property is one the unit tests beside the modules do not state already: a lowercase query
 meets the identifier it spells, the analyzer and the compiler stay fast on hostile input, refs and
-scopes refuse (never crash on) anything, a scope never leaves its workspace, and the ``regex``
-module reads a pattern the way Python's ``re`` (the documented syntax) does. The last tests
+scopes refuse (never crash on) anything, a scope never leaves its workspace, and regex search
+answers exactly the lines Python's ``re`` matches in the whole file. The last tests
 send the hostile regexes through HTTP: a bounded 200 or a 400, never a 5xx or a stuck server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -24,14 +24,25 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from service.auth import Caller
 from service.catalog.refs import ENTITY_TYPES, EntityRef, parse_entity_param, parse_ref
+from service.code.lexical import run_matcher
+from service.code.rematch import line_matches
+from service.code.roots import (
+    caller_bases,
+    check_not_protected,
+    expand_base,
+    placeholder_segment,
+    protected_dirs,
+    resolve_caller_root,
+)
 from service.code.scope import ScopeError, resolve_scope
-from service.code.trigram import MAX_FIXED_EXPANSION, RegexTimeout, find_line_matches, regex_compile
+from service.code.trigram import MAX_FIXED_EXPANSION, regex_compile
 from service.engine.analyzer import ANALYZER_VERSION, analyze, query_terms, terms_text, upgrade_terms
-from service.errors import InvalidEntityRef
+from service.errors import AgentSearchError, InvalidEntityRef
 from service.settings import Settings
 from service.state import ENGINE
-from tests.code.helpers import register, search, wait_indexed
+from tests.code.helpers import ALICE, register, search, wait_indexed
 
 WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
 JOINERS = {"snake": "_", "kebab": "-", "dotted": ".", "path": "/"}
@@ -192,6 +203,61 @@ def test_a_scope_never_leaves_its_workspace(workspace: Path, tokens: list[str], 
     assert target.exists() and target.is_file() == scope.is_file
 
 
+# ---- workspace roots -----------------------------------------------------------------------------------
+
+
+@given(value=st.text(max_size=40), other=st.text(max_size=40))
+def test_a_claim_value_is_one_path_segment_of_its_own(value: str, other: str) -> None:
+    """``{user}`` expands to exactly one segment under the base, whatever the sub holds ('/', '..',
+    NUL, a leading dot), and two subs never share a directory."""
+    assume(value)
+    template = Path("/srv/ws/{user}")
+    (expanded,) = expand_base(template, Caller(sub=value))
+    assert expanded.parent == Path("/srv/ws") and expanded.name == placeholder_segment(value)
+    assert expanded.name not in {"", ".", ".."} and not expanded.name.startswith(".") and "\0" not in expanded.name
+    if other and other != value:
+        assert placeholder_segment(other) != placeholder_segment(value)
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path]:
+    """Bases ``ws/{user}`` where alice's base holds the data directory, bob's tree, links out and a loop."""
+    top = tmp_path_factory.mktemp("roots")
+    alice, bob = top / "ws" / "alice", top / "ws" / "bob"
+    for path in (alice / "repo" / "src", bob / "repo", alice / "data" / "workspaces"):
+        path.mkdir(parents=True)
+    (alice / "data" / "jwt-secret").write_text("secret\n")
+    os.symlink(bob / "repo", alice / "repo" / "out")
+    os.symlink(alice / "data", alice / "repo" / "data-link")
+    os.symlink(alice / "loop", alice / "loop")
+    os.symlink("..", alice / "repo" / "up")
+    settings = Settings(data_dir=alice / "data", allowed_roots=(top / "ws" / "{user}",), single_tenant=False)
+    return settings, alice
+
+
+ROOT_TOKENS = ["repo", "src", "..", ".", "out", "data-link", "data", "workspaces", "loop", "up", "bob", "alice", "ws", "x" * 300]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.lists(st.sampled_from(ROOT_TOKENS), max_size=6), start=st.sampled_from(["alice", "bob", "top", "/"]))
+def test_a_root_lies_in_the_callers_base_outside_the_data_or_is_a_4xx(bases: tuple[Settings, Path], tokens: list[str], start: str) -> None:
+    root_settings, alice_base = bases
+    prefix = {"alice": alice_base, "bob": alice_base.parent / "bob", "top": alice_base.parent.parent, "/": Path("/")}[start]
+    raw = str(prefix / "/".join(tokens)) if tokens else str(prefix)
+    caller_bases_ = caller_bases(root_settings, Caller(sub="alice"))
+    try:
+        root, base = resolve_caller_root(raw, root_settings, caller_bases_)
+        check_not_protected(raw, root, protected_dirs(root_settings))
+    except AgentSearchError as exc:
+        assert 400 <= exc.status < 500 and exc.message, (raw, exc)
+        return
+    real_base = alice_base.resolve()
+    data = (alice_base / "data").resolve()
+    assert root == real_base or real_base in root.parents, (raw, root)
+    assert base.path == real_base and root.is_dir()
+    assert root != data and data not in root.parents and root not in data.parents, (raw, root)
+
+
 GLOB_CHARS = "ab.*?[]!^\\-$()+|{}/"
 
 
@@ -227,13 +293,14 @@ CATASTROPHIC = [r"(a+)+$", r"(a|aa)+$", r"(a|a?)+$", r"(.*a){12}$", r"^(\w+\s?)*
 
 @pytest.mark.parametrize("ignore_case", [False, True])
 @pytest.mark.parametrize("pattern", CATASTROPHIC)
-def test_catastrophic_patterns_stop_at_their_budget(pattern: str, ignore_case: bool) -> None:
+async def test_catastrophic_patterns_stop_at_their_budget(pattern: str, ignore_case: bool) -> None:
+    """Python's re cannot be interrupted: its matching process is killed at the deadline."""
     compiled = regex_compile(pattern, ignore_case)
     text = "first line\n" + "a" * 30_000 + "!\n" + "last line"
+    request = {"pattern": compiled.pattern, "flags": compiled.flags, "root": "/nonexistent", "max_bytes": 1 << 20, "max_matches": 10, "files": [{"path": "t", "text": text}]}
     started = time.monotonic()
-    with contextlib.suppress(RegexTimeout):
-        find_line_matches(compiled, text, 10, 0.3)
-    assert time.monotonic() - started < 1.5
+    await run_matcher(request, time.monotonic() + 0.3)
+    assert time.monotonic() - started < 2.0
 
 
 @settings(max_examples=200, deadline=None)
@@ -244,7 +311,7 @@ def test_catastrophic_patterns_stop_at_their_budget(pattern: str, ignore_case: b
     open_range=st.booleans(),
 )
 def test_nested_repeat_counts_compile_fast_or_are_refused(body: str, inner: int, outer: int, open_range: bool) -> None:
-    """``regex`` spells a fixed count out: ``(?:a{9999}){9999}`` once took gigabytes to compile."""
+    """Fixed counts that multiply out past the bound are refused at once, the rest compile at once."""
     pattern = f"(?:{body}{{{inner}}}){{{outer}{',' if open_range else ''}}}"
     started = time.monotonic()
     try:
@@ -264,9 +331,12 @@ def test_any_pattern_compiles_or_is_a_value_error(pattern: str, ignore_case: boo
     assert time.monotonic() - started < 1.0
 
 
-def _line_patterns() -> st.SearchStrategy[str]:
-    """Patterns of Python re syntax whose matches never cross a line (no \\n, \\s, negated classes)."""
-    atoms = st.sampled_from(["a", "b", "c", ".", "[ab]", "[a-c]", r"\w", r"\d", "^", "$", r"\b", "(?i:a)"])
+def _file_patterns() -> st.SearchStrategy[str]:
+    """Patterns of Python re syntax, multi-line ones too: newlines, \\s, negated classes, (?s),
+    braces that ``re`` reads as literal text, and ``[[:alpha:]]`` (a set to ``re``)."""
+    atoms = st.sampled_from(
+        ["a", "b", "c", ".", "[ab]", "[a-c]", r"\w", r"\d", r"\s", "[^a]", "\n", "^", "$", r"\b", "(?i:a)", "(?s:.)", "{d}", "{s}", "{e<=1}", "[[:alpha:]]", "[ \t]"]
+    )
     return st.recursive(
         atoms,
         lambda inner: st.one_of(
@@ -279,16 +349,62 @@ def _line_patterns() -> st.SearchStrategy[str]:
     )
 
 
-@settings(max_examples=300, deadline=None)
-@given(pattern=_line_patterns(), lines=st.lists(st.text(alphabet="abcAB1 _.", max_size=12), min_size=1, max_size=6), ignore_case=st.booleans())
-def test_line_matches_are_the_lines_re_matches(pattern: str, lines: list[str], ignore_case: bool) -> None:
-    """The documented syntax is Python's ``re``: the ``regex`` module (used for its timeout) must find the same lines."""
-    expected = [(number, line) for number, line in enumerate(lines, start=1) if re.search(pattern, line, re.IGNORECASE if ignore_case else 0)]
+def _reference_lines(compiled: re.Pattern[str], text: str) -> list[tuple[int, str]]:
+    """The lines holding a position where ``re`` matches the whole file's text, by brute force."""
+    found = []
+    start = 0
+    for number, line in enumerate(text.split("\n"), start=1):
+        if any(compiled.match(text, position) for position in range(start, start + len(line) + 1)):
+            found.append((number, line))
+        start += len(line) + 1
+    return found
 
-    assert find_line_matches(regex_compile(pattern, ignore_case), "\n".join(lines), 100, 5.0) == expected
+
+@settings(max_examples=300, deadline=None)
+@given(pattern=_file_patterns(), lines=st.lists(st.text(alphabet="abcAB1 _.{}\t:", max_size=12), min_size=1, max_size=6), ignore_case=st.booleans())
+def test_line_matches_are_the_lines_re_matches(pattern: str, lines: list[str], ignore_case: bool) -> None:
+    """Regex search is Python's ``re`` on the whole file: exactly the lines ``re`` matches."""
+    try:
+        compiled = regex_compile(pattern, ignore_case)
+    except ValueError:
+        assume(False)
+        return
+    text = "\n".join(lines)
+    assert compiled.flags & re.MULTILINE
+    assert line_matches(compiled, text, 100) == _reference_lines(compiled, text)
 
 
 # ---- hostile regexes over HTTP -------------------------------------------------------------------
+
+
+async def test_any_search_of_a_workspace_whose_root_is_gone_is_a_4xx_without_results(client: TestClient[Any, Any], settings: Settings) -> None:
+    """Every combination of scope path (through links, a loop, out of the root), glob, mode and
+    regex, on a workspace whose root was deleted and then replaced by a file: a 4xx (409 when the
+    body itself is valid), never a 5xx, never a stale result."""
+    root = settings.allowed_roots[0] / "vanishing"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "x.py").write_text("def handler():\n    return 1\n")
+    os.symlink(root / "loop", root / "loop")
+    workspace = await register(client, root)
+    await wait_indexed(client, workspace["id"])
+    paths = [None, ".", "a", "a/x.py", "loop", "loop/x", "../..", "/etc", "x" * 300, "a/\x00"]
+    bodies = [
+        {"query": query, "path": path, "glob": glob, "mode": mode, "regex": regex}
+        for path in paths
+        for glob in (None, "*.py", "**/x")
+        for query, regex in (("handler", False), ("hand.*", True), ("(", True))
+        for mode in ("hybrid", "lexical")
+    ]
+    for replace_root in (lambda: shutil.rmtree(root), lambda: root.write_text("a file now\n")):
+        replace_root()
+        for body in bodies:
+            response = await client.post(f"/v1/workspaces/{workspace['id']}/search", json=body, headers=ALICE)
+            answer = orjson.loads(await response.read())
+            assert 400 <= response.status < 500 and "results" not in answer, (body, response.status, answer)
+            if response.status == 409:
+                assert answer["error"]["code"] == "workspace_missing"
+        plain = await client.post(f"/v1/workspaces/{workspace['id']}/search", json={"query": "handler"}, headers=ALICE)
+        assert plain.status == 409
 
 
 async def test_hostile_regexes_over_http_answer_in_bounded_time(client: TestClient[Any, Any], settings: Settings) -> None:
@@ -327,9 +443,9 @@ async def test_hostile_regexes_over_http_answer_in_bounded_time(client: TestClie
 
 
 async def test_hostile_regexes_leave_the_model_its_threads(client: TestClient[Any, Any], settings: Settings) -> None:
-    """Matches that outlast their inline slice run in the regex threads, not in the default pool
-    where the model encodes: with eight hostile searches running at once (more than the default
-    pool's threads on this machine), a query embedding still finishes before any of them."""
+    """Regex matches run in their own processes (two at a time), not in the default pool where the
+    model encodes: with eight hostile searches running at once, a query embedding still finishes
+    before any of them."""
     root = settings.allowed_roots[0] / "hostile-many"
     root.mkdir()
     (root / "long.txt").write_text("start\n" + "a" * 50_000 + "!\nend\n")
@@ -340,7 +456,7 @@ async def test_hostile_regexes_leave_the_model_its_threads(client: TestClient[An
     await embedder.embed_query("load the model before the race")
 
     hostile = [asyncio.create_task(search(client, workspace["id"], query=r"(a+)+$", regex=True)) for _ in range(8)]
-    await asyncio.sleep(0.5)  # each is past its inline slice now, matching for up to its 5 s budget
+    await asyncio.sleep(0.5)  # each is matching (or queued) now, for up to its 5 s budget
     assert not any(task.done() for task in hostile)
     vector = await embedder.embed_query("a query nobody embedded before: rotate the log files")
     assert len(vector) == 384

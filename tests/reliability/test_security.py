@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import string
 import time
 import warnings
@@ -298,7 +299,8 @@ async def test_org_and_team_members_share_exactly_what_their_org_and_team_own(cl
     await _ingest(client, owner, settings.allowed_roots[0])
     await _wait_settled(client)
     colleague = auth(f"carl{_letters()}", org=owner.org)  # same org, not in the team
-    teammate = auth(f"tina{_letters()}", org=f"org{_letters()}", teams=(owner.team,))  # the team, another org
+    teammate = auth(f"tina{_letters()}", org=owner.org, teams=(owner.team,))  # the team (within its org)
+    namesake = auth(f"nina{_letters()}", org=f"org{_letters()}", teams=(owner.team,))  # a team of that name in another org
 
     shared = await (await client.post("/v1/catalog/search", json={"entity": f"package:{owner.ids}-orgpkg"}, headers=colleague)).json()
     assert shared["structuredContent"]["results"][0].get("ok", True), shared
@@ -306,14 +308,83 @@ async def test_org_and_team_members_share_exactly_what_their_org_and_team_own(cl
     assert personal.status == 404
     team_server = await (await client.post("/v1/catalog/search", json={"entity": f"mcp-server:{owner.ids}team"}, headers=teammate)).json()
     assert team_server["structuredContent"]["results"][0].get("ok", True), team_server
-    assert (await client.post("/v1/catalog/search", json={"entity": f"package:{owner.ids}-orgpkg"}, headers=teammate)).status == 404
+    assert (await client.post("/v1/catalog/search", json={"entity": f"mcp-server:{owner.ids}team"}, headers=colleague)).status == 404
+    assert (await client.post("/v1/catalog/search", json={"entity": f"mcp-server:{owner.ids}team"}, headers=namesake)).status == 404
+    assert (await client.post("/v1/catalog/search", json={"entity": f"package:{owner.ids}-orgpkg"}, headers=namesake)).status == 404
 
-    colleague_rows = {row["service"] for row in (await (await client.post("/v1/actions/search", json={"query": ""}, headers=colleague)).json())["results"]}
-    teammate_rows = {row["service"] for row in (await (await client.post("/v1/actions/search", json={"query": ""}, headers=teammate)).json())["results"]}
-    assert colleague_rows == {f"{owner.ids}-billing"} and teammate_rows == {f"{owner.ids}-crm"}
-    for caller in (colleague, teammate):  # a workspace is its user's alone
+    rows = {}
+    for name, caller in (("colleague", colleague), ("teammate", teammate), ("namesake", namesake)):
+        rows[name] = {row["service"] for row in (await (await client.post("/v1/actions/search", json={"query": ""}, headers=caller)).json())["results"]}
+    assert rows == {"colleague": {f"{owner.ids}-billing"}, "teammate": {f"{owner.ids}-billing", f"{owner.ids}-crm"}, "namesake": set()}
+    for caller in (colleague, teammate, namesake):  # a workspace is its user's alone
         status, headers, text = await _call(client, "GET", "/v1/workspaces", caller)
         assert status == 200 and not _leaks((owner.ids, owner.text), headers, text)
+
+
+async def test_a_team_belongs_to_its_org_so_a_same_named_team_elsewhere_sees_nothing(settings: Settings) -> None:
+    """alice (org acme, team eng) stores a team package, MCP server and action instance: bob (org
+    bobco, team eng) reaches none of it on any surface, in any count, by any id, and cannot delete
+    or overwrite it; carol (acme, eng) reaches all of it; dave (team eng, no org) owns no team."""
+    client = await _app(replace(settings, embeddings_model=None, worker_in_process=False))
+    admin = auth("root", admin=True)
+    team, ids, text = f"eng{_letters()}", f"idq{_letters()}", f"txq{_letters()}"
+    acme, bobco = f"acme{_letters()}", f"bobco{_letters()}"
+    alice = auth(f"alice{_letters()}", org=acme, teams=(team,), plan="max")
+    carol = auth(f"carol{_letters()}", org=acme, teams=(team,), plan="max")
+    bob = auth(f"bob{_letters()}", org=bobco, teams=(team,), plan="max")
+    dave = {"Authorization": "Bearer " + _token({"sub": f"dave{_letters()}", "teams": [team], "plan": "max", "exp": int(time.time()) + 600})}
+    entities = [
+        {"type": "package", "id": f"{ids}-pkg", "name": f"@{ids}/deploy", "summary": f"Roll out the release train {text}", "exports": [{"subpath": "./rollout", "purpose": f"Start a rollout {text}"}]},
+        {"type": "mcp-server", "id": f"{ids}srv", "description": f"Pager for on-call {text}", "tools": [{"name": "page", "description": f"Page the on-call {text}"}]},
+    ]
+    instance = {"name": f"{ids}-crm", "template": "hubspot", "tier": "team", "owner": team, "auth": {"type": "api_key", "secret_name": "CRM_KEY"}}
+    probes: list[tuple[str, str, Any]] = [
+        ("GET", "/v1/index/status", None),
+        ("POST", "/v1/catalog/search", {"entity": f"package:{ids}-pkg"}),
+        ("POST", "/v1/catalog/search", {"entity": f"package:{ids}-pkg#./rollout"}),
+        ("POST", "/v1/catalog/search", {"entity": f"mcp-server:{ids}srv"}),
+        ("POST", "/v1/catalog/search", {"domain": f"mcp:{ids}srv", "query": "page"}),
+        ("POST", "/v1/catalog/search", {"query": "release train rollout"}),
+        ("POST", "/v1/catalog/search", {"query": "pager on-call"}),
+        ("POST", "/v1/catalog/search", {"query": ""}),
+        ("POST", "/v1/actions/search", {"query": ""}),
+        ("POST", "/v1/actions/search", {"query": "search contacts", "include_catalog": True}),
+    ]
+    try:
+        assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=admin)).status == 200
+        bob_before = await (await client.get("/v1/index/status", headers=bob)).json()
+        written = await client.put("/v1/catalog/entities", json={"entities": entities, "owner": f"team:{team}"}, headers=alice)
+        assert written.status == 200 and (await written.json())["owner"] == f"team:{acme}/{team}", await written.text()
+        assert (await client.put("/v1/actions/instances", json={"instances": [instance]}, headers=alice)).status == 200
+
+        for method, path, body in probes:
+            status, headers, answer = await _call(client, method, path, bob, body)
+            assert status < 500 and not _leaks((text, acme), headers, answer), (path, body, answer[:1000])
+            if body and "entity" in body:
+                assert status == 404, (path, body, answer[:500])
+        assert await (await client.get("/v1/index/status", headers=bob)).json() == bob_before, "alice's team records count for nobody in bobco"
+        seen = [(await _call(client, method, path, carol, body))[2] for method, path, body in probes]
+        assert text in "\n".join(seen) and all(f"{ids}-crm" in answer for answer in seen[-2:]), "acme's eng reaches its team's records"
+        for method, path, body in probes[1:5]:
+            assert (await _call(client, method, path, carol, body))[0] == 200, (path, body)
+
+        # bob's "team:<name>" is bobco's team: his delete finds nothing, his write makes his own copy.
+        assert (await client.delete(f"/v1/catalog/entities/package:{ids}-pkg?owner=team:{team}", headers=bob)).status == 404
+        assert (await client.delete(f"/v1/actions/instances/{ids}-crm?tier=team&owner={team}", headers=bob)).status == 404
+        mine = {**entities[0], "summary": "Bob's own deploy helper"}
+        assert (await (await client.put("/v1/catalog/entities", json={"entities": [mine], "owner": f"team:{team}"}, headers=bob)).json())["owner"] == f"team:{bobco}/{team}"
+        kept = await (await client.post("/v1/catalog/search", json={"entity": f"package:{ids}-pkg"}, headers=carol)).text()
+        assert text in kept and "Bob's own" not in kept
+        assert "Bob's own" in await (await client.post("/v1/catalog/search", json={"entity": f"package:{ids}-pkg"}, headers=bob)).text()
+
+        # A team claim without an org ties the team to no org: it owns nothing and writes nothing.
+        for method, path, body in probes:
+            status, headers, answer = await _call(client, method, path, dave, body)
+            assert status < 500 and not _leaks((text,), headers, answer), (path, body, answer[:1000])
+        refused = await client.put("/v1/catalog/entities", json={"entities": entities[:1], "owner": f"team:{team}"}, headers=dave)
+        assert refused.status == 400 and "org claim" in (await refused.json())["error"]["message"]
+    finally:
+        await client.close()
 
 
 # ---- tokens --------------------------------------------------------------------------------------
@@ -326,9 +397,9 @@ def _token(claims: dict[str, Any], *, secret: str = TEST_SECRET, algorithm: str 
 
 
 async def test_tokens_need_the_pinned_algorithm_a_live_window_and_the_audience(settings: Settings) -> None:
-    client = await _app(replace(settings, jwt_audience="agentsearch-tests", embeddings_model=None, worker_in_process=False))
+    client = await _app(replace(settings, jwt_audience="agentsearch-tests", jwt_issuer="agentsearch-iss", jwt_max_ttl_s=3600, embeddings_model=None, worker_in_process=False))
     now = int(time.time())
-    good = {"aud": "agentsearch-tests", "exp": now + 60}
+    good = {"aud": "agentsearch-tests", "iss": "agentsearch-iss", "exp": now + 60}
     refused = {
         "HS384 with the right secret": _token(good, algorithm="HS384"),
         "HS512 with the right secret": _token(good, algorithm="HS512"),
@@ -339,12 +410,35 @@ async def test_tokens_need_the_pinned_algorithm_a_live_window_and_the_audience(s
         "not valid before next minute": _token({**good, "nbf": now + 60}),
         "issued in the future": _token({**good, "iat": now + 3600}),
         "exp not a number": _token({**good, "exp": "tomorrow"}),
-        "no audience": _token({"exp": now + 60}),
+        "no exp (never expires)": _token({key: value for key, value in good.items() if key != "exp"}),
+        "exp past the maximum lifetime from now": _token({**good, "exp": now + 3600 + 120}),
+        "exp - iat past the maximum lifetime": _token({**good, "iat": now - 3000, "exp": now + 1000}),
+        "no issuer": _token({key: value for key, value in good.items() if key != "iss"}),
+        "another issuer": _token({**good, "iss": "someone-else"}),
+        "no audience": _token({"iss": "agentsearch-iss", "exp": now + 60}),
         "another audience": _token({**good, "aud": "another-service"}),
         "audience list without ours": _token({**good, "aud": ["a", "b"]}),
-        "no subject": jwt.encode({"aud": "agentsearch-tests", "exp": now + 60}, TEST_SECRET, algorithm="HS256"),
+        "no subject": jwt.encode({"aud": "agentsearch-tests", "iss": "agentsearch-iss", "exp": now + 60}, TEST_SECRET, algorithm="HS256"),
         "the wrong secret": _token(good, secret="x" * 48),
         "admin claim a string": _token({**good, "admin": "true"}),
+        "garbage": "eyJhbGciOiJIUzI1NiJ9.t7e3.garbage",
+    }
+    # What each refusal says: the fault in plain words, never the JWT library's own wording.
+    says = {
+        "HS384 with the right secret": "HS256",
+        "alg none": "HS256",
+        "expired a second ago": "expired",
+        "not valid before next minute": "not valid yet",
+        "exp not a number": "claim exp must be a number",
+        "no exp (never expires)": "no exp claim",
+        "exp past the maximum lifetime from now": "maximum lifetime",
+        "exp - iat past the maximum lifetime": "over this service's maximum of 3600s",
+        "no issuer": "no iss claim",
+        "another issuer": "issuer (iss) does not match",
+        "no audience": "no aud claim",
+        "another audience": "audience (aud) does not match",
+        "the wrong secret": "bad signature",
+        "garbage": "malformed token",
     }
     try:
         for reason, token in refused.items():
@@ -353,14 +447,59 @@ async def test_tokens_need_the_pinned_algorithm_a_live_window_and_the_audience(s
                 body = await response.json()
                 assert response.status == 401, (reason, path, body)
                 assert body["error"]["code"] == "unauthorized" and body["error"]["message"], (reason, body)
+                assert says.get(reason, "") in body["error"]["message"], (reason, body)
+                assert not re.search(r"codec|Invalid header|Signature verification|segments|padding", body["error"]["message"]), (reason, body)
         for token in (_token(good), _token({**good, "aud": ["other", "agentsearch-tests"]}), _token(good, headers={"kid": "../../etc/passwd", "jku": "http://evil.example"})):
             assert (await client.get("/v1/index/status", headers={"Authorization": f"Bearer {token}"})).status == 200
         admin = _token({**good, "admin": True})
         assert (await client.get("/admin/api/overview", headers={"Authorization": f"Bearer {admin}"})).status == 200
         login = await client.post("/admin/login", data={"token": _token({"admin": True, "exp": now + 60})}, allow_redirects=False)
         assert login.status == 401 and "agentsearch_admin" not in login.cookies, "the dashboard login checks the audience too"
+        for reason in ("no exp (never expires)", "another issuer", "exp past the maximum lifetime from now"):
+            login = await client.post("/admin/login", data={"token": _token({**jwt.decode(refused[reason], options={"verify_signature": False}), "admin": True})}, allow_redirects=False)
+            assert login.status == 401 and "agentsearch_admin" not in login.cookies, (reason, "the dashboard verifies as the API does")
     finally:
         await client.close()
+
+
+async def test_a_dev_token_of_another_data_directory_is_told_so_and_the_token_command_mints_only_expiring_tokens(
+    settings: Settings, tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    from service.cli import main
+
+    monkeypatch.setenv("AGENTSEARCH_JWT_ISSUER", "agentsearch-dev")
+    monkeypatch.setenv("AGENTSEARCH_JWT_MAX_TTL_S", "7200")
+    other = tmp_path / "other-data"
+    refusals = {
+        ("--ttl", "0"): "every token expires",
+        ("--ttl", "7201"): "over the maximum of 7200s",
+        ("--teams", "eng"): "teams need an org",
+    }
+    for extra, message in refusals.items():
+        assert main(["token", "--data-dir", str(other), "--sub", "ann", *extra]) == 2
+        assert message in capsys.readouterr().err, extra
+    assert main(["token", "--data-dir", str(other), "--sub", "ann", "--json"]) == 0
+    minted = orjson.loads(capsys.readouterr().out)
+    claims = minted["claims"]
+    assert claims["iss"] == "agentsearch-dev" and claims["exp"] - claims["iat"] == 7200, claims
+
+    dev = replace(settings, jwt_secret=None, jwt_issuer="agentsearch-dev", jwt_max_ttl_s=7200, embeddings_model=None, worker_in_process=False)
+    client = await _app(dev)
+    try:
+        answer = await client.get("/v1/index/status", headers={"Authorization": f"Bearer {minted['token']}"})
+        message = (await answer.json())["error"]["message"]
+        assert answer.status == 401 and "bad signature" in message and f"agentsearch token --data-dir {dev.data_dir.resolve()}" in message, message
+        assert main(["token", "--data-dir", str(dev.data_dir), "--sub", "ann"]) == 0
+        own = capsys.readouterr().out.strip()
+        assert (await client.get("/v1/index/status", headers={"Authorization": f"Bearer {own}"})).status == 200
+    finally:
+        await client.close()
+    forged = await _app(replace(dev, jwt_secret=TEST_SECRET, data_dir=tmp_path / "configured"))
+    try:
+        answer = await forged.get("/v1/index/status", headers={"Authorization": f"Bearer {minted['token']}"})
+        assert "data directory" not in (await answer.json())["error"]["message"], "a configured secret names no data directory"
+    finally:
+        await forged.close()
 
 
 def _forge_alg(token: str, algorithm: str) -> str:
@@ -639,9 +778,10 @@ async def test_request_size_limits_hold_on_every_body(settings: Settings) -> Non
         await client.close()
 
 
-async def test_rate_limits_hold_across_surfaces_concurrent_calls_and_front_ends(settings: Settings, tmp_path: Path) -> None:
-    """Two front ends on one Redis: a free caller gets 80 searches a minute in all, however they are spread."""
-    lexical = replace(settings, embeddings_model=None)
+async def test_rate_limits_hold_per_surface_across_concurrent_calls_and_front_ends(settings: Settings, tmp_path: Path) -> None:
+    """Two front ends on one Redis, each surface its own bucket: a free caller gets 80 catalog, 30
+    action and 20 code searches a minute (the last two set for this test), however they are spread."""
+    lexical = replace(settings, embeddings_model=None, code_search_rate_limits=(("free", 20, 1_000),), action_search_rate_limits=(("free", 30, 1_000),))
     first = await _app(lexical)
     second = await _app(replace(lexical, data_dir=tmp_path / "second-front-end", worker_in_process=False))
     caller, bystander = auth(f"busy{_letters()}", plan="free"), auth(f"calm{_letters()}", plan="free")
@@ -651,22 +791,24 @@ async def test_rate_limits_hold_across_surfaces_concurrent_calls_and_front_ends(
         response = await first.post("/v1/workspaces", json={"root": str(settings.allowed_roots[0] / "repo")}, headers=caller)
         workspace_id = (await response.json())["id"]
         calls = []
-        for n in range(120):
+        for n in range(180):
             front_end = (first, second)[n % 2]
-            kind = n % 3
-            if kind == 0:
-                calls.append(front_end.post("/v1/catalog/search", json={"query": "email"}, headers=caller))
-            elif kind == 1:
-                calls.append(front_end.post("/v1/actions/search", json={"query": "email"}, headers=caller))
+            if n < 100:
+                calls.append(("catalog", front_end.post("/v1/catalog/search", json={"query": "email"}, headers=caller)))
+            elif n < 140:
+                calls.append(("actions", front_end.post("/v1/actions/search", json={"query": "email"}, headers=caller)))
             else:
-                calls.append(first.post(f"/v1/workspaces/{workspace_id}/search", json={"query": "a", "mode": "lexical"}, headers=caller))
-        responses = await asyncio.gather(*calls)
-        statuses = sorted(response.status for response in responses)
-        assert statuses.count(200) == 80 and statuses.count(429) == 40, statuses
-        for response in responses:
+                calls.append(("code", first.post(f"/v1/workspaces/{workspace_id}/search", json={"query": "a", "mode": "lexical"}, headers=caller)))
+        responses = await asyncio.gather(*(call for _, call in calls))
+        for surface, allowed, sent in (("catalog", 80, 100), ("actions", 30, 40), ("code", 20, 40)):
+            statuses = sorted(r.status for (s, _), r in zip(calls, responses, strict=True) if s == surface)
+            assert statuses == [200] * allowed + [429] * (sent - allowed), (surface, statuses)
+        for (surface, _), response in zip(calls, responses, strict=True):
             if response.status == 429:
                 body = await response.json()
-                assert int(response.headers["Retry-After"]) >= 1 and body["error"]["code"] == "rate_limited"
+                limit = body["structuredContent"]["rateLimit"] if surface == "catalog" else body["error"]["details"]["rateLimit"]
+                assert body["error"]["code"] == "rate_limited" and limit["surface"] == surface
+                assert 1 <= int(response.headers["Retry-After"]) == limit["retryAfterSeconds"] <= 60
         for front_end in (first, second):
             assert (await front_end.post("/v1/catalog/search", json={"query": "email"}, headers=bystander)).status == 200
             assert (await front_end.post("/v1/catalog/search", json={"query": "email"}, headers=caller)).status == 429

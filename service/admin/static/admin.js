@@ -161,6 +161,9 @@
       for (const t of s.tenants) rows.push(el("tr", { "data-surface": s.surface, "data-tenant": t.tenant }, el("td"), el("td", {}, t.tenant), ...cells(t)));
     }
     replaceRows("index-body", rows, "no surfaces", 6);
+    const problems = (state.workspaces || []).map((w) =>
+      el("tr", { "data-workspace": w.id }, el("td", {}, w.id), el("td", {}, w.tenant), el("td", {}, w.root), el("td", { class: `state-${w.state}` }, w.state), el("td", {}, w.problem)));
+    replaceRows("workspace-problems", problems, "none: every workspace's root and cache are there", 5);
   }
 
   function jobParams() {

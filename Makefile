@@ -40,6 +40,7 @@ loadtest: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service workers tests bench deploy
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 deploy-check: $(STAMP)
 	$(PY) -m deploy.check

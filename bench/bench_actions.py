@@ -45,12 +45,12 @@ import orjson
 from aiohttp import web
 
 from bench.common import PACKAGES, machine, percentile, versions
-from service.actions.catalog import catalog_for
 from service.actions.index import embed_text, humanize
 from service.actions.loader import http_batches, read_catalog_file
 from service.actions.model import SearchRequest
 from service.actions.parsing import parse_template
 from service.actions.ranking import DENSE_TOP_K_MAX, DENSE_TOP_K_MIN, KEYWORD_POOL, rank
+from service.actions.state import catalog_for
 from service.actions.visibility import Unit, select_units, visible_instances
 from service.app import create_app
 from service.auth import Caller, mint_token

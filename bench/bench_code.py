@@ -39,8 +39,10 @@ from service.code.search import search_workspace
 from service.code.semantic import embed_scope, embedder_for
 from service.code.workspace import SearchConfig, Workspace
 from service.engine.embeddings import load_sentence_transformer, local_model_path
-from service.engine.runtime import Engine, open_engine
+from service.engine.runtime import Engine
+from service.engine.startup import open_engine
 from service.settings import Settings
+from service.surfaces import surfaces
 
 COSQA = Path(__file__).resolve().parents[2] / "shared" / "data" / "code"
 if not COSQA.exists():
@@ -335,7 +337,7 @@ async def run(full: bool, quality: bool, cosqa_cache: Path | None, speed: bool =
         base = Path(tmp)
         (base / "trees").mkdir()
         if speed:
-            engine = await open_engine(settings_for(base / "data", STDLIB.parent))
+            engine = await open_engine(settings_for(base / "data", STDLIB.parent), surfaces())
             try:
                 await load_model(engine)
                 await stdlib_lexical(engine, FULL_SKIP if full else QUICK_SKIP, repeats)
@@ -347,7 +349,7 @@ async def run(full: bool, quality: bool, cosqa_cache: Path | None, speed: bool =
         if quality:
             home = cosqa_cache or base / "cosqa"
             (home / "tree").mkdir(parents=True, exist_ok=True)
-            engine = await open_engine(settings_for(home / "data", home))
+            engine = await open_engine(settings_for(home / "data", home), surfaces())
             try:
                 await load_model(engine)
                 scores = await cosqa_quality(engine, home / "tree")

@@ -23,8 +23,9 @@ from service.code.chunker import chunk_file
 from service.engine.analyzer import terms_text
 from service.engine.embeddings import load_sentence_transformer, local_model_path
 from service.engine.records import IndexRecord, collection_spec
-from service.engine.runtime import open_engine
+from service.engine.startup import open_engine
 from service.settings import Settings
+from service.surfaces import surfaces
 from workers.settings import build_workers, run_workers, stop_workers
 
 SPEC = collection_spec("benchdocs")
@@ -52,7 +53,7 @@ async def pipeline_rate(texts: list[str]) -> tuple[float, float]:
     """Chunks/s from the first write to the last vector stored, and the write (lexical) time alone."""
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), queue_prefix=f"agentsearch-bench-{uuid.uuid4().hex[:8]}", jwt_secret="b" * 40)
-        engine = await open_engine(settings)
+        engine = await open_engine(settings, surfaces())
         index = await engine.register("benchdocs", SPEC)
         workers = build_workers(engine)
         task = asyncio.create_task(run_workers(workers))

@@ -164,7 +164,7 @@ async def load_stages(http: aiohttp.ClientSession, measured: Measured, sizes: di
     await measured.record("+ action templates", f"{len(templates):,} templates, {actions:,} actions", json_size(templates), started)
 
     started = time.perf_counter()
-    # The standard library as SPEC.md names it: without its site-packages.
+    # The standard library workspace: the Python standard library without its site-packages.
     body = {"root": str(STDLIB), "search": {"skip_dirs": ["site-packages"]}}
     async with http.post(f"{base}/v1/workspaces", json=body, headers=USER) as response:
         workspace = await response.json()

@@ -11,11 +11,13 @@ from aiohttp import web
 
 from service.admin.routes import routes as admin_routes
 from service.admin.sampler import admin_context
-from service.engine.embeddings import EmbeddingUnavailable
-from service.engine.runtime import Engine, open_engine
+from service.engine.runtime import Engine
+from service.engine.startup import open_engine
+from service.errors import AgentSearchError, EmbeddingUnavailable
 from service.health import metrics_middleware
 from service.health import routes as health_routes
 from service.mcp.http import routes as mcp_routes
+from service.mcp.jsonrpc import http_error_response as mcp_error_response
 from service.middleware import (
     auth_middleware,
     deadline_middleware,
@@ -24,9 +26,9 @@ from service.middleware import (
     server_timing_on_prepare,
 )
 from service.settings import Settings
-from service.state import ENGINE, SETTINGS, WORKER_STATE
+from service.state import ENGINE, ERROR_RENDERERS, SETTINGS, WORKER_STATE
 from service.status import routes as status_routes
-from service.surfaces import setup_surface_routes
+from service.surfaces import setup_surface_routes, surfaces
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> web.Appli
         ],
     )
     app[SETTINGS] = settings
+    renderers: dict[str, Callable[[AgentSearchError], web.Response]] = {"/mcp": mcp_error_response}  # an MCP client reads JSON-RPC errors
+    app[ERROR_RENDERERS] = renderers
     app.cleanup_ctx.append(_engine_context(engine))
     app.cleanup_ctx.append(_model_preload_context)
     if settings.runs_worker_in_process:
@@ -62,7 +66,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> web.Appli
 
 def _engine_context(shared: Engine | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def context(app: web.Application) -> AsyncIterator[None]:
-        engine = shared or await open_engine(app[SETTINGS])
+        engine = shared or await open_engine(app[SETTINGS], surfaces())
         app[ENGINE] = engine
         yield
         if shared is None:

@@ -10,22 +10,14 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.errors import SettingsError
+from service.logs import configure_logging
 from service.settings import Settings, load_settings
 
-
-def configure_logging(level: str) -> None:
-    from service.middleware import RequestIdFilter
-    from service.redact import CredentialFilter
-
-    handler = logging.StreamHandler()
-    handler.addFilter(RequestIdFilter())
-    handler.addFilter(CredentialFilter())  # a safety net: call sites mask URLs themselves
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+if TYPE_CHECKING:
+    from aiohttp import web
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -70,10 +62,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     async def run() -> None:
         from service.engine.deployment import claim_for_workers
-        from service.engine.runtime import open_engine
+        from service.engine.startup import open_engine
+        from service.surfaces import surfaces
         from workers.settings import build_workers, run_workers
 
-        engine = await open_engine(settings)
+        engine = await open_engine(settings, surfaces())
         claim = None
         try:
             claim = await claim_for_workers(engine)
@@ -126,6 +119,12 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _create_app(settings: Settings) -> web.Application:
+    from service.app import create_app
+
+    return create_app(settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentsearch", description="Search service for AI-agent platforms.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -168,12 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--json", action="store_true", help="print the token and its claims as JSON")
     token.set_defaults(func=cmd_token)
 
-    from service.surfaces import add_cli_commands
+    from service.surfaces import add_cli_commands, surfaces
 
+    parser.set_defaults(surfaces=surfaces)  # commands a surface adds open the engine with every surface
     add_cli_commands(sub)
     from service.mcp.stdio import add_cli as add_mcp_cli
 
-    add_mcp_cli(sub)
+    add_mcp_cli(sub, _create_app)
     return parser
 
 

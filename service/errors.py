@@ -1,4 +1,6 @@
-"""The service's error hierarchy and the one table that maps each error to an HTTP status.
+"""The service's error hierarchy: every exception class of service/ and workers/, and its HTTP status.
+
+Errors a caller sees (defined here; ``status`` and ``code`` pick the response):
 
     AgentSearchError                    500  internal   (never raised on purpose for input)
     ├── BadRequest                      400  bad_request
@@ -23,6 +25,42 @@
 
 Every error renders as ``{"error": {"code": ..., "message": ...}}`` plus optional ``details``.
 Messages say what to fix; they never name another tenant's data.
+
+Internal errors: never reach a caller as themselves; the module that catches each one is named.
+Those any layer raises or catches are defined here; those private to one module stay there.
+
+    SettingsError                         a setting is missing or invalid: the CLI prints it, exits 2
+    EmbeddingUnavailable                  the embeddings model failed or timed out: each surface's
+    │                                     search answers lexically with a notice; workers.jobs retries
+    └── EmbeddingsDisabled                no model is configured: workers.jobs leaves records pending
+    service.engine.store.StoreError       the store failed (the store package imports no service
+    │                                     module): surfaces fall back to lexical results, health
+    │                                     reports the store down, workers retry, the CLI exits 2;
+    │                                     elsewhere 500 internal
+    ├── StoreFullError                    the data volume is full: middleware answers 507
+    │                                     InsufficientStorage
+    └── StoreLockedError                  another process holds the index directory: the CLI exits 2;
+                                          service.migrate hands the reindex to the running service
+    service.engine.migrate.ReindexNotFinished   the reindex slice ran out of time: workers.jobs
+                                          retries the job at once
+    service.catalog.rerank.ScorerError    the rerank scorer failed or cannot load: catalog search
+                                          keeps hybrid order (rerank fallback-error)
+    service.catalog.timing.SearchAbandoned  the search deadline passed between phases:
+                                          service.catalog.routes answers the deadline answer
+    service.code.scope.ScopeError         a path or glob leaves the workspace: code search answers
+    │                                     400 PathOutsideWorkspace
+    └── ScopeNotFound                     the path does not exist: code search answers 404 NotFound
+    service.code.semantic.IndexNotComplete  a workspace index is not finished: service.code.jobs
+                                          retries the job in a second
+    service.code.trigram.IndexLocked      another writer holds the trigram index: code search
+                                          answers from the index as it is, with a notice
+    service.mcp.jsonrpc.RpcError          a JSON-RPC error: MCP answers it as a JSON-RPC error object
+                                          (over HTTP with its ``http_status``); AgentSearchError
+                                          becomes one through ``rpc_error_of``
+    service.mcp.backends.ToolError        the remote service refused a tool call or is unreachable:
+                                          service.mcp.server answers a tool result with isError
+    workers.settings.ForeignJob           a job queued by another deployment, on its last try: the
+                                          arq job ends failed
 """
 
 from __future__ import annotations
@@ -146,3 +184,11 @@ class InsufficientStorage(Unavailable):
 
 class SettingsError(Exception):
     """A setting is missing or invalid; raised at start, the message names the setting."""
+
+
+class EmbeddingUnavailable(Exception):
+    """The model is absent, failed or timed out; the message is shown in the search notice."""
+
+
+class EmbeddingsDisabled(EmbeddingUnavailable):
+    """No embeddings model is configured (``none``): not transient, so nothing retries it."""

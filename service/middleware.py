@@ -15,8 +15,7 @@ from aiohttp import web
 from service.auth import Caller, bearer_token, verify_token_for
 from service.engine.store import StoreFullError
 from service.errors import AgentSearchError, DeadlineExceeded, InsufficientStorage, NotFound, PayloadTooLarge
-from service.mcp.jsonrpc import http_error_response as mcp_error_response
-from service.state import ENGINE
+from service.state import ENGINE, ERROR_RENDERERS
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +66,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except AgentSearchError as exc:
-        if request.path == "/mcp":
-            return mcp_error_response(exc)  # an MCP client expects a JSON-RPC error body
-        return error_response(exc)
+        render = request.app.get(ERROR_RENDERERS, {}).get(request.path)
+        return render(exc) if render is not None else error_response(exc)
     except web.HTTPRequestEntityTooLarge as exc:
         return error_response(PayloadTooLarge(f"request body is too large ({exc.text}); send less per request"))
     except web.HTTPException as exc:

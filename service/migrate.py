@@ -20,16 +20,18 @@ import orjson
 from arq.jobs import Job, JobStatus
 from redis.exceptions import RedisError
 
-from service.cli import configure_logging
 from service.engine.deployment import resolve_deployment
-from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.migrate import ReindexProgress, progress_key, reindex
 from service.engine.queue import JobQueue, QueueNames
-from service.engine.runtime import create_redis_client, open_engine
+from service.engine.runtime import create_redis_client
+from service.engine.startup import open_engine
 from service.engine.store import StoreLockedError
 from service.engine.teams import parse_team_orgs, queue_team_orgs
+from service.errors import EmbeddingUnavailable
+from service.logs import configure_logging
 from service.redact import mask_text, mask_url
 from service.settings import Settings
+from service.surfaces import surfaces
 
 
 def run_reindex(settings: Settings, *, as_json: bool, wait: bool, team_orgs: Sequence[str] = ()) -> int:
@@ -45,7 +47,7 @@ def run_reindex(settings: Settings, *, as_json: bool, wait: bool, team_orgs: Seq
 
     async def run() -> int:
         try:
-            engine = await open_engine(settings)
+            engine = await open_engine(settings, surfaces())
         except StoreLockedError as exc:
             print(f"agentsearch: {exc}; the running service does the reindex", file=sys.stderr)
             return await _reindex_in_service(settings, as_json=as_json, wait=wait, team_orgs=mapping)

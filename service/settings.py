@@ -297,7 +297,7 @@ def _load_yaml(path: Path, known: set[str]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise SettingsError(f"AGENTSEARCH_CONFIG: {path} must hold a mapping of settings")
     raw = dict(raw)
-    search = raw.pop("search", None)  # seed 002's `search:` block is accepted as-is
+    search = raw.pop("search", None)  # a `search:` block of settings is read as if its keys were at the top level
     if isinstance(search, dict):
         raw.update(search)
     unknown = sorted(set(raw) - known - {"version"})
@@ -325,7 +325,7 @@ _NOT_IN_A_DIRECTORY_NAME = frozenset("/\\\0*?[]{}")
 
 
 def is_directory_name(name: str) -> bool:
-    """Seed 002: skip_dirs entries are exact directory names, not globs or relative paths."""
+    """skip_dirs entries are exact directory names, not globs or relative paths."""
     return name not in {"", ".", ".."} and not _NOT_IN_A_DIRECTORY_NAME & set(name)
 
 

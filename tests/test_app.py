@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from typing import Any
 
 import jwt
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from service.app import create_app
 from service.auth import mint_token
 from service.settings import Settings
-from tests.conftest import TEST_SECRET, auth
+from tests.callers import ADMIN, TEST_SECRET, auth
+from tests.helpers import running_app
 
 
 async def test_healthz_and_readyz(client: TestClient[Any, Any]) -> None:
@@ -84,7 +83,7 @@ async def test_index_status_for_a_caller(client: TestClient[Any, Any]) -> None:
     assert response.status == 200
     body = await response.json()
     assert body["scope"] == "caller" and body["store"] == "qdrant-edge"
-    admin = await (await client.get("/v1/index/status", headers=auth("root", admin=True))).json()
+    admin = await (await client.get("/v1/index/status", headers=ADMIN)).json()
     assert admin["scope"] == "all-tenants"
 
 
@@ -105,14 +104,11 @@ async def test_request_id_and_server_timing_headers(client: TestClient[Any, Any]
 
 
 async def test_deadline_answers_504_with_a_clear_body(settings: Settings) -> None:
-    app = create_app(replace(settings, request_deadline_s=0.3, worker_in_process=False))
-
     async def slow(request: web.Request) -> web.Response:
         await asyncio.sleep(5)
         return web.json_response({})
 
-    app.router.add_get("/v1/slow", slow)
-    async with TestClient(TestServer(app)) as test_client:
+    async with running_app(settings, request_deadline_s=0.3, worker_in_process=False, setup=lambda app: app.router.add_get("/v1/slow", slow)) as test_client:
         started = time.monotonic()
         response = await test_client.get("/v1/slow", headers=auth())
         assert response.status == 504
@@ -122,15 +118,12 @@ async def test_deadline_answers_504_with_a_clear_body(settings: Settings) -> Non
 
 
 async def test_oversized_body_is_413_json(settings: Settings) -> None:
-    app = create_app(replace(settings, client_max_size=1024, worker_in_process=False))
-
     async def echo(request: web.Request) -> web.Response:
         from service.validation import read_json
 
         return web.json_response(await read_json(request))
 
-    app.router.add_post("/v1/echo", echo)
-    async with TestClient(TestServer(app)) as test_client:
+    async with running_app(settings, client_max_size=1024, worker_in_process=False, setup=lambda app: app.router.add_post("/v1/echo", echo)) as test_client:
         response = await test_client.post("/v1/echo", data=b"[" + b"1," * 2000 + b"1]", headers=auth())
         assert response.status == 413
         assert (await response.json())["error"]["code"] == "payload_too_large"

@@ -15,7 +15,7 @@ import yaml
 
 from deploy import healthcheck
 from deploy.check import DEPLOY_DIR, main, run_checks
-from tests.conftest import REDIS_URL
+from tests.helpers import REDIS_URL
 
 ROOT = DEPLOY_DIR.parent
 

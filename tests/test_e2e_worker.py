@@ -4,7 +4,7 @@
 answers hybrid searches over what the worker embedded and indexed.
 
 Why the processes run one after the other, not side by side as in production: production shares
-the index through a Qdrant server, and no Qdrant server can run on these machines (SPEC.md). Both
+the index through a Qdrant server, and the test machines cannot run a Qdrant server. Both
 stores available here admit one process per directory (qdrant-edge behind our file lock, and
 qdrant-client's local mode behind its own), so the front end stops before the worker opens the
 store, and the worker exits (``--burst``) before the front end comes back. What is real: separate
@@ -17,23 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from service.settings import Settings
+from tests.callers import ALICE_PRO, TEST_SECRET
 from tests.code.trees import write_tree
-from tests.conftest import TEST_SECRET, auth, wait_until
+from tests.helpers import ROOT, serving
 
-ROOT = Path(__file__).resolve().parents[1]
-ALICE = auth("alice", org="acme", plan="pro")
 PACKAGES = [
     {"type": "package", "id": "refunds", "name": "@alice/refunds", "summary": "Refund a card payment and send the money back to the customer."},
     {"type": "package", "id": "weather", "name": "@alice/weather", "summary": "Get the weather forecast for a city tomorrow."},
@@ -41,13 +37,6 @@ PACKAGES = [
 ]
 
 REWORDED = "reimburse a purchase"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def environment(settings: Settings, store: str) -> dict[str, str]:
@@ -71,36 +60,12 @@ def environment(settings: Settings, store: str) -> dict[str, str]:
 @asynccontextmanager
 async def front_end(env: dict[str, str]) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
     """``agentsearch serve`` as its own process, ready (model loaded); stopped with SIGTERM on exit."""
-    port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service", "serve", "--port", str(port),
-        env=env, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    session = aiohttp.ClientSession()
-    try:
-
-        async def ready() -> bool:
-            if process.returncode is not None:
-                raise AssertionError(f"serve exited {process.returncode}: {(await process.stderr.read()).decode()}")  # type: ignore[union-attr]
-            try:
-                async with session.get(f"{base}/readyz") as response:
-                    return response.status == 200
-            except aiohttp.ClientConnectionError:
-                return False
-
-        await wait_until(ready, timeout_s=120, interval_s=0.5)
-        yield session, base
-    finally:
-        await session.close()
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        assert process.returncode in (0, -signal.SIGTERM), err.decode()
+    async with serving(env, ready_timeout_s=120, stop_timeout_s=60, clean_exit=True) as served:
+        yield served.session, served.base
 
 
 async def call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
-    async with session.request(method, url, json=body, headers=ALICE) as response:
+    async with session.request(method, url, json=body, headers=ALICE_PRO) as response:
         data = await response.json()
         assert response.status < 300, (response.status, data)
         return data

@@ -13,7 +13,7 @@ from service.auth import Caller, Plan
 from service.errors import SettingsError
 from service.ratelimit import RateLimiter, Surface, limits_from_settings
 from service.settings import Settings, load_settings
-from tests.conftest import REDIS_URL
+from tests.helpers import REDIS_URL
 
 FREE_PER_MINUTE, FREE_PER_DAY = 80, 1_000
 # A day start, so the day window's 15-minute slots line up with the injected times below.

@@ -35,7 +35,7 @@ def test_environment_overrides(tmp_path: Path) -> None:
     assert settings.redis_url.endswith("/3")
 
 
-def test_prewarm_without_model_is_refused_with_the_seed_reason() -> None:
+def test_prewarm_without_model_is_refused_with_the_reason() -> None:
     with pytest.raises(SettingsError) as info:
         load_settings({"AGENTSEARCH_EMBEDDINGS_MODEL": "", "AGENTSEARCH_PREWARM_EMBEDDINGS": "true"})
     assert "prewarm_embeddings requires embeddings_model" in str(info.value)
@@ -99,7 +99,7 @@ def test_openai_compatible_provider_from_environment() -> None:
     assert provider is not None and provider.base_url == "http://127.0.0.1:9/v1" and provider.api_key == "k"
 
 
-def test_yaml_file_accepts_the_seed_search_block(tmp_path: Path) -> None:
+def test_yaml_file_accepts_a_search_block(tmp_path: Path) -> None:
     config = tmp_path / "agentsearch.yaml"
     config.write_text(
         "version: 1\n"

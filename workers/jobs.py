@@ -8,11 +8,12 @@ from typing import Any
 
 from arq import Retry
 
-from service.engine.embeddings import EmbeddingsDisabled, EmbeddingUnavailable
 from service.engine.migrate import RedisProgress, ReindexNotFinished, reindex
 from service.engine.refresh import embed_records, sweep
 from service.engine.runtime import Engine
 from service.engine.store import StoreError
+from service.engine.surface import JobDef
+from service.errors import EmbeddingsDisabled, EmbeddingUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +68,14 @@ async def reindex_job(ctx: dict[str, Any]) -> dict[str, Any]:
     return report.as_dict()
 
 
-def job_table() -> dict[str, tuple[Any, bool]]:
-    """Every job by name: (coroutine, runs on the fast queue). Surfaces contribute theirs."""
+def job_table() -> dict[str, JobDef]:
+    """Every job by name. Surfaces contribute theirs."""
     from service.surfaces import surface_jobs
 
-    table: dict[str, tuple[Any, bool]] = {
-        "embed_records": (embed_records_job, False),
-        "sweep": (sweep_job, True),
-        REINDEX_JOB: (reindex_job, True),
+    table: dict[str, JobDef] = {
+        "embed_records": JobDef(embed_records_job, fast=False),
+        "sweep": JobDef(sweep_job, fast=True),
+        REINDEX_JOB: JobDef(reindex_job, fast=True),
     }
     table.update(surface_jobs())
     return table

@@ -30,12 +30,11 @@ from arq.worker import func
 from redis.exceptions import RedisError
 
 from service.admin.history import JobRecorder
-from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.queue import DEPLOYMENT_KWARG, deserialize, serialize
 from service.engine.runtime import Engine, create_redis_client
-from service.errors import SettingsError
+from service.errors import EmbeddingUnavailable, SettingsError
 from service.settings import Settings, env_name
-from workers.jobs import job_table
+from workers.jobs import job_table, sweep_job
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +120,9 @@ def _refused_backoff_s(tries: int) -> int:
 
 def _functions(fast: bool, timeout_s: float, *, only: frozenset[str] | None = None) -> list[Any]:
     return [
-        func(own_jobs_only(name, coroutine), name=name, timeout=timeout_s, max_tries=MAX_TRIES_BY_JOB.get(name, MAX_TRIES))
-        for name, (coroutine, on_fast_queue) in sorted(job_table().items())
-        if (on_fast_queue is fast if only is None else name in only)
+        func(own_jobs_only(name, job.function), name=name, timeout=timeout_s, max_tries=MAX_TRIES_BY_JOB.get(name, MAX_TRIES))
+        for name, job in sorted(job_table().items())
+        if (job.fast is fast if only is None else name in only)
     ]
 
 
@@ -176,7 +175,7 @@ def build_workers(engine: Engine, *, burst: bool = False, handle_signals: bool =
     seconds = set(range(0, 60, interval)) if interval < 60 else {0}
     minutes = None if interval < 60 else set(range(0, 60, max(1, min(59, interval // 60))))
     sweeper = cron(
-        job_table()["sweep"][0],
+        sweep_job,
         name="sweep_cron",
         second=seconds,
         minute=minutes,

@@ -1,7 +1,7 @@
-"""Action search (seed 003): which (service instance, action) pairs a caller can reach, by free-text query.
+"""Action search: which (service instance, action) pairs a caller can reach, by free-text query.
 
 Modules: ``model`` (value objects, keys, collections), ``parsing`` (request bodies), ``index`` (the
-in-memory lexical index), ``catalog`` (this process's copy of the catalog), ``ingest`` (writes),
+in-memory lexical index), ``state`` (this process's copy of the catalog), ``ingest`` (writes),
 ``visibility`` (who sees what), ``ranking`` (the scoring formula), ``render`` (the result shape),
 ``search`` (one answer), ``routes`` (HTTP) and ``loader`` (the APIs.guru catalog file).
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from service.actions.model import ACTIONS_SPEC, META_SPEC, SURFACE_NAME
+from service.actions.model import ACTIONS_SPEC, META_COLLECTION, META_SPEC, SURFACE_NAME
 from service.actions.routes import routes
-from service.surfaces import SurfaceDef
+from service.engine.surface import SurfaceDef
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -23,4 +23,4 @@ async def _open(engine: Engine) -> None:
     await engine.store.ensure_collection(META_SPEC)
 
 
-SURFACE = SurfaceDef(name=SURFACE_NAME, spec=ACTIONS_SPEC, routes=routes, on_open=_open)
+SURFACE = SurfaceDef(name=SURFACE_NAME, spec=ACTIONS_SPEC, routes=routes, on_open=_open, tenant_collections=(META_COLLECTION,))

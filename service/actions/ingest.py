@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from service.actions.catalog import catalog_for, template_points
 from service.actions.index import action_terms, embed_text, template_revision
 from service.actions.model import (
     ACTION_KIND,
@@ -33,6 +32,7 @@ from service.actions.model import (
     template_actions_key,
     template_meta_key,
 )
+from service.actions.state import catalog_for, template_points
 from service.auth import GLOBAL_TENANT
 from service.engine.records import IndexRecord
 from service.engine.store import Filter, Match, PointRecord, point_id

@@ -1,8 +1,8 @@
 """Loading a template catalog file (JSON lines, optionally gzipped) such as the APIs.guru OpenAPI catalog.
 
 Each line is one template as ``PUT /v1/actions/templates`` takes it: ``{template, display_name,
-description, categories, actions: [{action, description, method, path, risk}]}``. The file at
-``../shared/data/actions/openapi-actions.jsonl.gz`` holds 2,628 templates and 124,730 actions.
+description, categories, actions: [{action, description, method, path, risk}]}``. The APIs.guru
+catalog as one such file (``openapi-actions.jsonl.gz``) holds 2,628 templates and 124,730 actions.
 
 ``load_catalog_file`` writes through the engine (no HTTP); ``http_batches`` cuts the same templates
 into request bodies under the service's body limit for a client that loads over HTTP.

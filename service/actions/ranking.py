@@ -48,8 +48,8 @@ from service.actions.index import ActionIndex, query_words, word_similarity, wor
 from service.actions.model import ACTIONS_COLLECTION, action_key
 from service.actions.visibility import Unit
 from service.auth import GLOBAL_TENANT
-from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.store import Filter, Match, MatchAny, StoreError
+from service.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine

@@ -1,4 +1,4 @@
-"""Rendering action-search rows in seed 003's result shape, each field present or absent as it says.
+"""Rendering action-search rows: each field present or absent as the table below says.
 
 | field | present |
 |---|---|

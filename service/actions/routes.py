@@ -87,7 +87,7 @@ async def remove_instance(request: web.Request) -> web.Response:
 
 @routes.post("/v1/actions/search")
 async def search(request: web.Request) -> web.Response:
-    """Seed 003: ranked (service, action) pairs for a query, or every callable instance for an empty one."""
+    """Action search: ranked (service, action) pairs for a query, or every callable instance for an empty one."""
     answer = await search_for_caller(request.app[ENGINE], caller_of(request), await read_json(request))
     for phase, duration_ms in answer.timings_ms.items():
         record_timing(request, phase, duration_ms)

@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from service.actions.catalog import catalog_for
 from service.actions.model import SearchRequest
 from service.actions.ranking import rank
 from service.actions.render import browse_rows, search_row
+from service.actions.state import catalog_for
 from service.actions.visibility import browse_order, select_units, visible_instances
 from service.auth import Caller
 
@@ -24,7 +24,7 @@ class SearchAnswer:
 
 
 async def search_actions(engine: Engine, caller: Caller, request: SearchRequest) -> SearchAnswer:
-    """Seed 003's answer: ``{query, results}`` plus ``notices`` and ``meta`` (mode, candidates, signals)."""
+    """The action-search answer: ``{query, results}`` plus ``notices`` and ``meta`` (mode, candidates, signals)."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     index = await catalog_for(engine).current()

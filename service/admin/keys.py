@@ -40,6 +40,8 @@ from arq.constants import (
     retry_key_prefix,
 )
 
+from service.engine.teams import last_warm_key
+
 ABORT_SET = abort_jobs_ss
 
 
@@ -83,7 +85,7 @@ class AdminKeys:
 
     @property
     def last_warm(self) -> str:
-        return f"{self.prefix}:admin:last-warm"
+        return last_warm_key(self.prefix)  # the engine moves its tenants' fields when it re-keys team keys
 
     @property
     def samples(self) -> str:

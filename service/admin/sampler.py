@@ -20,6 +20,8 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from service.admin.actions import JobActions
+from service.admin.health import worker_health
+from service.admin.jobtable import JobTable
 from service.admin.keys import AdminKeys
 from service.admin.queues import QueueReader, now_ms
 from service.admin.targets import JobDescriber
@@ -34,10 +36,11 @@ DEFAULT_INTERVAL_S = 10.0
 
 @dataclass
 class AdminState:
-    """What the dashboard's handlers share: the reader, the actions and the sampling interval."""
+    """What the dashboard's handlers share: the reader, the job table, the actions and the sampling interval."""
 
     engine: Engine
     reader: QueueReader
+    table: JobTable
     actions: JobActions
     keys: AdminKeys
     interval_s: float
@@ -50,7 +53,7 @@ SAMPLE_INTERVAL = web.AppKey("admin_sample_interval_s", float)
 
 def admin_state(engine: Engine, interval_s: float) -> AdminState:
     reader = QueueReader(engine, JobDescriber(engine))
-    return AdminState(engine=engine, reader=reader, actions=JobActions(engine, reader), keys=AdminKeys(engine.settings.queue_prefix), interval_s=interval_s)
+    return AdminState(engine=engine, reader=reader, table=JobTable(reader), actions=JobActions(engine, reader), keys=AdminKeys(engine.settings.queue_prefix), interval_s=interval_s)
 
 
 async def record_sample(state: AdminState) -> bool:
@@ -60,7 +63,7 @@ async def record_sample(state: AdminState) -> bool:
     if not await redis.set(state.keys.sampler_lock, b"1", nx=True, px=lock_ms):
         return False
     overview = await state.reader.overview(kinds=False)
-    await state.reader.workers()  # remembers each live health line, so a worker that dies shows its last one
+    await worker_health(state.reader)  # remembers each live health line, so a worker that dies shows its last one
     sample = {
         "t": overview.at_ms,
         "queues": {

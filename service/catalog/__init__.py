@@ -1,4 +1,4 @@
-"""Catalog search (seed 000): capabilities by domain, guides, packages and exports, integrations, MCP servers and tools, secret references.
+"""Catalog search: capabilities by domain, guides, packages and exports, integrations, MCP servers and tools, secret references.
 
 Modules: ``keys`` (collection and key scheme), ``models`` (entity validation), ``ingest``,
 ``ranking`` (fusion and arrangement), ``domains``, ``identity`` (exact package identity),
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from service.catalog.keys import COLLECTION, SPEC, SURFACE_NAME
 from service.catalog.routes import routes
-from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.store import VectorSpec
-from service.surfaces import SurfaceDef
+from service.engine.surface import SurfaceDef
+from service.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine

@@ -53,7 +53,7 @@ def output_type(payload: Mapping[str, Any]) -> str:
 
 
 def has_required_fields(payload: Mapping[str, Any]) -> bool:
-    """Whether the input type names a required field (seed 000: pass ``{}`` when it has none).
+    """Whether the input type names a required field (callers pass ``{}`` when it has none).
 
     MCP tools say so in their JSON Schema's ``required``; a built-in's TypeScript input type has one
     when a top-level member is declared without ``?`` (``{ to: string; cc?: string }``).

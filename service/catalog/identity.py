@@ -1,6 +1,6 @@
 """Exact package identity in a query: a UUID, a name leaf, or a URL copied from an open package page or app.
 
-Recognized forms (seed 000):
+Recognized forms:
 
     550e8400-e29b-41d4-a716-446655440000          package UUID
     home-controls | @alice/home-controls          name leaf / scoped name

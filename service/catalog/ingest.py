@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.auth import GLOBAL_TENANT, Caller
-from service.catalog import markdown, render
 from service.catalog.keys import GLOBAL_KINDS, SCOPE_RANKED, SCOPE_RANKED_HIDDEN, Kind, mcp_domain, record_key
+from service.catalog.markdown import DEFAULT_BUDGET_CHARS, collapse_whitespace, headings, own_sections, section
 from service.catalog.models import (
     Capability,
     Domain,
@@ -32,6 +32,7 @@ from service.catalog.models import (
     entity_type_of,
     parse_timestamp,
 )
+from service.catalog.render import guide_section_header
 from service.engine.analyzer import analyze, terms_text
 from service.engine.records import IndexRecord, RecordIndex
 from service.engine.store import Filter, Match
@@ -107,15 +108,15 @@ def refuse_repeated_entities(entities: Sequence[Entity], owner_tenant: str) -> N
 
 
 def lint_guide(guide: Guide, path: str) -> None:
-    """Seed 000's ``no-oversized-guide-section``: each heading's own text fits the entity budget
+    """The ``no-oversized-guide-section`` lint: each heading's own text fits the entity budget
     left after the header it is answered under, so opening any heading answers with its text,
     never a bare contents list. ``path`` names the field in the error."""
-    for heading, size in markdown.own_sections(guide.markdown):
-        room = markdown.DEFAULT_BUDGET_CHARS - len(render.guide_section_header(guide.id, guide.title, guide.summary, heading.slug))
+    for heading, size in own_sections(guide.markdown):
+        room = DEFAULT_BUDGET_CHARS - len(guide_section_header(guide.id, guide.title, guide.summary, heading.slug))
         if size > room:
             raise ValidationError(
                 f"{path}: section #{heading.slug} (line {heading.line}) has {size:,} characters of its own, "
-                f"over the {room:,} that fit the {markdown.DEFAULT_BUDGET_CHARS:,}-character entity budget after its header "
+                f"over the {room:,} that fit the {DEFAULT_BUDGET_CHARS:,}-character entity budget after its header "
                 "(no-oversized-guide-section); split it under subheadings"
             )
 
@@ -176,7 +177,7 @@ def domain_records(domain: Domain) -> list[IndexRecord]:
 
 
 def guide_records(guide: Guide) -> list[IndexRecord]:
-    heads = markdown.headings(guide.markdown)
+    heads = headings(guide.markdown)
     payload = {
         "entity_type": "guide",
         "entity_id": guide.id,
@@ -210,10 +211,10 @@ def callable_names(export: Export) -> list[str]:
 
 
 def intent_section(readme: str) -> str:
-    """The README's ``Intent`` section body (seed 000's package index shows it), or ''."""
-    for heading in markdown.headings(readme):
+    """The README's ``Intent`` section body (the package index shows it), or ''."""
+    for heading in headings(readme):
         if heading.slug == "intent":
-            body = markdown.section(readme, heading.slug).split("\n", 1)
+            body = section(readme, heading.slug).split("\n", 1)
             return body[1].strip() if len(body) > 1 else ""
     return ""
 
@@ -439,7 +440,7 @@ def entity_label(entity: Entity) -> str:
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    return markdown.collapse_whitespace(text, limit) if text.strip() else ""
+    return collapse_whitespace(text, limit) if text.strip() else ""
 
 
 # ---- writes and deletes ----------------------------------------------------------------------------------

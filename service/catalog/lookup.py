@@ -13,9 +13,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.auth import GLOBAL_TENANT, Caller
-from service.catalog import callshapes, markdown
+from service.catalog.callshapes import (
+    accessor,
+    call_shape,
+    execute_snippet,
+    export_contract,
+    has_required_fields,
+    input_type,
+    output_type,
+)
 from service.catalog.domains import list_domain
 from service.catalog.keys import COLLECTION, SURFACE_NAME, Kind, mcp_domain, record_key
+from service.catalog.markdown import fit_or_toc, line_range, parse_line_fragment, section
 from service.catalog.models import normalize_subpath
 from service.catalog.refs import EntityRef
 from service.catalog.waiting import user_tenants
@@ -158,7 +167,7 @@ async def _capability(engine: Engine, caller: Caller, ref: EntityRef, runtime: s
 
 
 def _capability_detail(record: Mapping[str, Any], runtime: str) -> dict[str, Any]:
-    call = callshapes.accessor(record, runtime=runtime)
+    call = accessor(record, runtime=runtime)
     return {
         "type": "capability",
         "entity": record.get("entity"),
@@ -166,14 +175,14 @@ def _capability_detail(record: Mapping[str, Any], runtime: str) -> dict[str, Any
         "summary": record.get("summary"),
         "description": record.get("description") or "",
         "domain": record.get("domain"),
-        "callShape": callshapes.call_shape(record, runtime=runtime),
+        "callShape": call_shape(record, runtime=runtime),
         "accessor": call,
-        "execute": callshapes.execute_snippet(call, runtime=runtime),
-        "inputTypeDefinition": callshapes.input_type(record),
-        "outputTypeDefinition": callshapes.output_type(record),
+        "execute": execute_snippet(call, runtime=runtime),
+        "inputTypeDefinition": input_type(record),
+        "outputTypeDefinition": output_type(record),
         "nextStep": (
             "Run the execute snippet with params matching the input type."
-            if callshapes.has_required_fields(record)
+            if has_required_fields(record)
             else "Run the execute snippet with params {} (no field is required)."
         ),
     }
@@ -191,17 +200,17 @@ async def _guide(engine: Engine, ref: EntityRef, budget_chars: int) -> dict[str,
 def open_document(md: str, ref: str, parts: tuple[str, ...], budget_chars: int) -> tuple[str, str, bool]:
     """(text, which part, is a table of contents) for a document and its fragment parts (heading or lines)."""
     if not parts:
-        text, is_toc = markdown.fit_or_toc(md, budget_chars, ref)
+        text, is_toc = fit_or_toc(md, budget_chars, ref)
         return text, "contents" if is_toc else "whole", is_toc
     if len(parts) > 1:
         raise InvalidEntityRef(f"invalid entity ref {ref}#{'#'.join(parts)}: a document takes one fragment (a heading slug, L165 or L165-L180)")
     fragment = parts[0]
-    if markdown.parse_line_fragment(fragment) is not None:
-        return markdown.line_range(md, fragment, max_chars=budget_chars), f"lines {fragment}", False
-    body = markdown.section(md, fragment)
+    if parse_line_fragment(fragment) is not None:
+        return line_range(md, fragment, max_chars=budget_chars), f"lines {fragment}", False
+    body = section(md, fragment)
     if len(body) <= budget_chars:
         return body, section_part(fragment, contents=False), False
-    toc, _ = markdown.fit_or_toc(body, budget_chars, ref)
+    toc, _ = fit_or_toc(body, budget_chars, ref)
     return toc, section_part(fragment, contents=True), True
 
 
@@ -264,14 +273,14 @@ def package_index(package: Mapping[str, Any], *, runtime: str, known: frozenset[
 def absorb_step(upstream: str, *, runtime: str, known: frozenset[str]) -> str:
     """The one-line step of an outdated fork; it names the platform's absorb calls only where this catalog has them."""
     if known >= set(ABSORB_CAPABILITIES):
-        get, publish = (callshapes.accessor({"entity_id": name}, runtime=runtime) for name in ABSORB_CAPABILITIES)
+        get, publish = (accessor({"entity_id": name}, runtime=runtime) for name in ABSORB_CAPABILITIES)
         return f"The community listing {upstream} is ahead of this fork: call {get} for {upstream}, then {publish} with absorbed_upstream_commit to absorb it."
     return f"The community listing {upstream} is ahead of this fork (its pin is not an ancestor of the fork tip): absorb the upstream commits into the fork before relying on it."
 
 
 def export_detail(export: Mapping[str, Any]) -> dict[str, Any]:
     """One export's contract: import specifier, purpose, execute snippet, types, functions, example."""
-    contract = callshapes.export_contract(export)
+    contract = export_contract(export)
     detail: dict[str, Any] = {
         "type": "package-export",
         "entity": export.get("entity"),
@@ -281,7 +290,7 @@ def export_detail(export: Mapping[str, Any]) -> dict[str, Any]:
         "purpose": export.get("purpose") or "",
         **contract,
     }
-    if len(export.get("functions") or []) > 1:  # seed 000: `functions` when the module is multi-callable
+    if len(export.get("functions") or []) > 1:  # `functions` only when the module exports several callables
         detail["functions"] = list(export["functions"])
     if export.get("referenced_types"):
         detail["referencedTypes"] = export["referenced_types"]
@@ -322,7 +331,7 @@ async def _integration(engine: Engine, caller: Caller, ref: EntityRef) -> dict[s
 def tokens_note(integration_id: str, *, runtime: str, known: frozenset[str]) -> str:
     """Where an integration's tokens are: never in an answer; the authenticated-fetch call is named when this catalog has it."""
     if FETCH_CAPABILITY in known:
-        fetch = callshapes.accessor({"entity_id": FETCH_CAPABILITY}, runtime=runtime)
+        fetch = accessor({"entity_id": FETCH_CAPABILITY}, runtime=runtime)
         return f"Access and refresh tokens live on the connection and are never returned: call {fetch}('{integration_id}') inside execute."
     return f"Access and refresh tokens live on the connection and are never returned: execute code uses the connection by the integration's id ('{integration_id}')."
 
@@ -351,7 +360,7 @@ async def _mcp_server(engine: Engine, caller: Caller, ref: EntityRef, runtime: s
         "domain": mcp_domain(name),
         "toolCount": len(tools),
         "tools": [
-            {"entity": t.get("entity"), "name": t.get("tool"), "summary": t.get("summary"), "callShape": callshapes.call_shape(t, runtime=runtime)} for t in tools
+            {"entity": t.get("entity"), "name": t.get("tool"), "summary": t.get("summary"), "callShape": call_shape(t, runtime=runtime)} for t in tools
         ],
     }
     connection = record.get("connection") or {}

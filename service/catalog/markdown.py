@@ -1,13 +1,13 @@
 """Markdown for entity detail: heading slugs, tables of contents, ``#slug`` sections, ``#L165`` lines, budgets.
 
-Guides and package files are opened by fragment (seed 000): ``guide:{id}#{slug}`` returns one
+Guides and package files are opened by fragment: ``guide:{id}#{slug}`` returns one
 heading's section, ``#L165`` one line with context, ``#L165-L180`` a range. A missing heading or
 line raises ``FragmentNotFound`` instead of falling back to the whole document, and a document
 over the response budget is answered by its table of contents, never cut mid-document.
 
 Slugs follow GitHub's anchors (lowercase, punctuation dropped, each space a ``-``, duplicates
-``-1``, ``-2``) except that ``.`` survives, as the seed's ``guide:package_subscriptions#repo.pushed``
-shows. Line numbers are 1-based and count ``\\n``-separated lines, as editors and ``grep -n`` do.
+``-1``, ``-2``) except that ``.`` survives (``guide:package_subscriptions#repo.pushed`` opens the ``repo.pushed``
+heading). Line numbers are 1-based and count ``\\n``-separated lines, as editors and ``grep -n`` do.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = [
     "table_of_contents",
 ]
 
-# The entity detail budget when the caller gives no maxResponseSize (seed 000's search response budget).
+# The entity detail budget when the caller gives no maxResponseSize (the search response budget).
 DEFAULT_BUDGET_CHARS = 24_000
 
 # ATX heading: up to 3 spaces, 1-6 '#', then a space or end; an optional closing run of '#'.

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from service.catalog.keys import COLLECTION, Kind
 from service.engine.analyzer import query_terms
-from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.store import Filter, Hit, StoreError
+from service.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine

@@ -1,4 +1,4 @@
-"""The optional stage-2 rerank of ranked catalog search (seed 000's "Jev Score rerank").
+"""The optional stage-2 rerank of ranked catalog search (the "Jev Score rerank").
 
 Gate, in order (the first that applies decides the outcome):
 

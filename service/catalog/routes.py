@@ -11,7 +11,6 @@ import orjson
 from aiohttp import web
 
 from service.auth import Caller
-from service.catalog import render
 from service.catalog.domains import refresh_domain_stats
 from service.catalog.ingest import (
     delete_entity,
@@ -23,10 +22,18 @@ from service.catalog.ingest import (
 )
 from service.catalog.keys import Kind, record_key
 from service.catalog.models import Capability, Domain, Guide, parse_entity
-from service.catalog.search import Answer, SearchContext, SearchRequest, deadline_answer, parse_request, run_search
+from service.catalog.render import content_of
+from service.catalog.search import (
+    Answer,
+    SearchContext,
+    SearchRequest,
+    deadline_answer,
+    parse_request,
+    run_search,
+    waiting_summary,
+)
 from service.catalog.state import catalog_state
 from service.catalog.timing import SearchAbandoned, SearchClock
-from service.catalog.waiting import waiting_summary
 from service.errors import ValidationError
 from service.middleware import caller_of, record_timing
 from service.state import ENGINE
@@ -40,7 +47,7 @@ log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
 
 MAX_ENTITIES = 1000
-# Our own deadline fires a little before the deadline middleware's, so the caller gets seed 000's
+# Our own deadline fires a little before the deadline middleware's, so the caller gets the
 # isError answer ("Search did not finish within 20s") rather than a bare 504.
 _DEADLINE_MARGIN_S = 0.5
 
@@ -119,12 +126,12 @@ async def delete_entity_route(request: web.Request) -> web.Response:
 async def waiting(request: web.Request) -> web.Response:
     """Everything waiting on the caller (the Waiting block of ranked search shows the first few)."""
     doc = await waiting_summary(request.app[ENGINE], caller_of(request))
-    return _json({"content": render.content_of(doc), "structuredContent": doc})
+    return _json({"content": content_of(doc), "structuredContent": doc})
 
 
 @routes.post("/v1/catalog/search")
 async def search(request: web.Request) -> web.Response:
-    """Seed 000's search: entity lookups, domain index and listings, exact packages, ranked hits."""
+    """Catalog search: entity lookups, domain index and listings, exact packages, ranked hits."""
     search_request = parse_request(await read_json(request))
     answer, clock = await search_within_deadline(request.app[ENGINE], caller_of(request), search_request)
     return _respond(request, answer, clock)
@@ -132,7 +139,7 @@ async def search(request: web.Request) -> web.Response:
 
 async def search_within_deadline(engine: Engine, caller: Caller, search_request: SearchRequest) -> tuple[Answer, SearchClock]:
     """One search under the request deadline (this route and the MCP ``search`` tool): past it,
-    seed 000's ``Search did not finish within 20s`` answer, and the abandoned search stops."""
+    the ``Search did not finish within 20s`` answer, and the abandoned search stops."""
     deadline_s = engine.settings.request_deadline_s
     clock = SearchClock(max(0.05, deadline_s - min(_DEADLINE_MARGIN_S, deadline_s * 0.1)))
     task = asyncio.create_task(run_search(SearchContext(engine, caller, search_request, clock)))
@@ -153,7 +160,7 @@ async def search_within_deadline(engine: Engine, caller: Caller, search_request:
 def answer_body(answer: Answer, clock: SearchClock) -> dict[str, Any]:
     """The answer as sent: markdown ``content``, ``structuredContent``, ``isError``, ``timing`` (and ``error``)."""
     body: dict[str, Any] = {
-        "content": render.content_of(answer.doc),
+        "content": content_of(answer.doc),
         "structuredContent": answer.doc,
         "isError": answer.is_error,
         "timing": clock.timing(),

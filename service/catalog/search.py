@@ -1,4 +1,4 @@
-"""One catalog search, start to finish: the answer kinds of seed 000 and the phases that build them.
+"""One catalog search, start to finish: its answer kinds and the phases that build them.
 
     entity refs          -> entity detail (each ref on its own)
     domain, no query     -> the domain's capabilities in curated order
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from service.auth import GLOBAL_TENANT, Caller
-from service.catalog import lookup, markdown, render
 from service.catalog.callshapes import export_contract, mcp_tool_accessor
 from service.catalog.cursor import ListingCursor, listing_key
 from service.catalog.domains import (
@@ -34,10 +33,23 @@ from service.catalog.domains import (
 )
 from service.catalog.identity import parse_identity, username_matches
 from service.catalog.keys import COLLECTION, SCOPE_RANKED, SCOPE_RANKED_HIDDEN, SURFACE_NAME, Kind, server_of_domain
-from service.catalog.lookup import reconnect_step
+from service.catalog.lookup import (
+    ABSORB_CAPABILITIES,
+    LookupFailure,
+    absorb_step,
+    failure,
+    find_package,
+    known_capabilities,
+    name_terms,
+    reconnect_step,
+    resolve,
+    user_record,
+)
+from service.catalog.markdown import DEFAULT_BUDGET_CHARS
 from service.catalog.memories import find_memories
 from service.catalog.ranking import Scored, apply_identity_bonus, arrange_exports, relevant_hits, retrieve, why_matched
 from service.catalog.refs import EntityRef, parse_entity_param
+from service.catalog.render import cards, content_of
 from service.catalog.rerank import Candidate, RerankResult, rerank
 from service.catalog.state import catalog_state
 from service.catalog.timing import SearchClock
@@ -57,7 +69,7 @@ DEFAULT_LISTING = 50
 MIN_RESPONSE_SIZE = 500
 MAX_RESPONSE_SIZE = 200_000
 # Entity detail budget when maxResponseSize is not given: a guide over it comes back as contents.
-DEFAULT_ENTITY_BUDGET = markdown.DEFAULT_BUDGET_CHARS
+DEFAULT_ENTITY_BUDGET = DEFAULT_BUDGET_CHARS
 # Most candidates the rerank stage sees: the whole relevant pool up to this bound (pools over the
 # clear-winner gate's 20 always go to the scorer); 50 is MAX_LIMIT, so every shown hit was scored.
 RERANK_POOL_MAX = 50
@@ -195,11 +207,11 @@ async def entity_answer(ctx: SearchContext, refs: Sequence[tuple[str, EntityRef 
 
     async def one(text: str, ref: EntityRef | str) -> dict[str, Any]:
         if isinstance(ref, str):
-            return lookup.LookupFailure(text, InvalidEntityRef.code, ref).as_dict()
+            return LookupFailure(text, InvalidEntityRef.code, ref).as_dict()
         try:
-            detail = await lookup.resolve(ctx.engine, ctx.caller, ref, budget)
+            detail = await resolve(ctx.engine, ctx.caller, ref, budget)
         except AgentSearchError as exc:
-            return lookup.failure(text, exc).as_dict()
+            return failure(text, exc).as_dict()
         return {"ok": True, **detail}
 
     with ctx.clock.phase("entityLookup"):
@@ -284,7 +296,7 @@ async def domain_listing_answer(ctx: SearchContext, row: DomainRow) -> Answer:
 
 def _listing_doc(row: DomainRow, total: int, shown: Sequence[Mapping[str, Any]], more: int, start: ListingCursor | None, *, runtime: str) -> dict[str, Any]:
     """The listing document; ``more`` entries follow ``shown``, which began after ``start``."""
-    results = render.cards([Scored(p, None, 0.0, 0.0) for p in shown], runtime=runtime)
+    results = cards([Scored(p, None, 0.0, 0.0) for p in shown], runtime=runtime)
     for result in results:
         result.pop("score", None)
         result.pop("whyMatched", None)
@@ -309,13 +321,13 @@ async def exact_package_answer(ctx: SearchContext, query: str) -> Answer | None:
     identity = parse_identity(query)
     if identity is None:
         return None
-    package = await lookup.find_package(ctx.engine, ctx.caller, identity.ident)
+    package = await find_package(ctx.engine, ctx.caller, identity.ident)
     if package is None or not username_matches(identity, ctx.caller.sub, package.get("name_scope")):
         return None
     if package.get("hidden") and not ctx.request.include_hidden:
         return None
     for name in {str(package.get("name_leaf")), str(package.get("package_id"))}:
-        if await lookup.user_record(ctx.engine, ctx.caller, Kind.MCP_SERVER, name) is not None:
+        if await user_record(ctx.engine, ctx.caller, Kind.MCP_SERVER, name) is not None:
             return None  # it also names a connected MCP server: rank so both appear together
     hit = Scored(package, None, 0.0, 1.0, (f"exact {identity.form}: {identity.ident}",), {"exact": True})
     await _attach_absorb_steps(ctx.engine, [hit])
@@ -323,7 +335,7 @@ async def exact_package_answer(ctx: SearchContext, query: str) -> Answer | None:
         "kind": "exact-package",
         "query": query,
         "mode": "exact",
-        "results": render.cards([hit], runtime=ctx.engine.settings.runtime_name),
+        "results": cards([hit], runtime=ctx.engine.settings.runtime_name),
         "nextStep": f'Open the package index with search({{ entity: "{package.get("entity")}" }}); for capabilities, describe the task instead.',
     }
     return fit(ctx, doc)
@@ -379,7 +391,7 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
         "query": query,
         "domain": domain.id if domain else None,
         "mode": retrieval.mode,
-        "results": render.cards(hits, runtime=engine.settings.runtime_name),
+        "results": cards(hits, runtime=engine.settings.runtime_name),
         "memories": memories,
         "notices": list(retrieval.notices),
         "telemetry": {"jevRerank": result.telemetry},
@@ -445,7 +457,7 @@ async def _pair_with_servers(engine: Engine, caller: Caller, hits: list[Scored],
         return hits
     out = list(hits)
     for server in servers:
-        terms = lookup.name_terms(str(server.payload.get("server")))
+        terms = name_terms(str(server.payload.get("server")))
         if not terms:
             continue
         must_not = () if include_hidden else (Match("hidden", True),)
@@ -488,6 +500,17 @@ def _attach_extras(hits: Sequence[Scored]) -> None:
                 hit.extras["nextStep"] = step
 
 
+async def waiting_summary(engine: Engine, caller: Caller) -> dict[str, Any]:
+    """The full list of the caller's waiting items (the Waiting block shows the first few), without the block's time budget."""
+    items = await catalog_state(engine).waiting_source(engine, caller)
+    step = (
+        "Tell the user what is waiting on them; each item says what they must do, and a cleared item leaves this list."
+        if items
+        else "Nothing is waiting on the user."
+    )
+    return {"kind": "waiting", "items": items, "total": len(items), "nextStep": step}
+
+
 def _waiting_block(items: Sequence[Mapping[str, Any]], caller: Caller) -> dict[str, Any]:
     more = max(0, len(items) - SHOWN_ITEMS)
     return {
@@ -503,10 +526,10 @@ async def _attach_absorb_steps(engine: Engine, hits: Sequence[Scored]) -> None:
     outdated = [h for h in hits if h.kind == Kind.PACKAGE.value and (h.payload.get("fork") or {}).get("listingAhead")]
     if not outdated:
         return
-    known = await lookup.known_capabilities(engine, lookup.ABSORB_CAPABILITIES)
+    known = await known_capabilities(engine, ABSORB_CAPABILITIES)
     for hit in outdated:
         upstream = str((hit.payload.get("fork") or {}).get("upstream"))
-        hit.extras.setdefault("nextStep", lookup.absorb_step(upstream, runtime=engine.settings.runtime_name, known=known))
+        hit.extras.setdefault("nextStep", absorb_step(upstream, runtime=engine.settings.runtime_name, known=known))
 
 
 def _ranked_next_step(results: Sequence[Mapping[str, Any]]) -> str:
@@ -543,7 +566,7 @@ def fit(ctx: SearchContext, doc: dict[str, Any]) -> Answer:
     results = doc.get("results") or []
     notices = list(doc.get("notices") or [])
     trimmed = 0
-    while len(render.content_of(doc)) > max_size and results:
+    while len(content_of(doc)) > max_size and results:
         results.pop()
         trimmed += 1
         doc["notices"] = [*notices, f"{trimmed} lower-ranked matches trimmed to fit maxResponseSize={max_size}."]

@@ -4,29 +4,25 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.catalog.keys import SURFACE_NAME
 from service.catalog.rerank import Scorer, ScorerError, build_scorer
+from service.catalog.waiting import WaitingSource, load_waiting_items
 from service.engine.records import RecordIndex
 
 if TYPE_CHECKING:
-    from service.auth import Caller
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
-
-# Loads the caller's open waiting items; swappable so a test can make the check slow.
-WaitingSource = Callable[["Engine", "Caller"], Awaitable[list[dict[str, Any]]]]
 
 
 @dataclass
 class CatalogState:
     index: RecordIndex
     scorer: Scorer | None
-    waiting_source: WaitingSource
+    waiting_source: WaitingSource  # swappable, so a test can make the check slow
     builtin_domains: Any = None  # domains.BuiltinDomains, filled and dropped by service.catalog.domains
 
 
@@ -39,8 +35,6 @@ def catalog_state(engine: Engine) -> CatalogState:
     entry = _STATES.get(id(engine))
     if entry is not None and entry[0]() is engine:
         return entry[1]
-    from service.catalog.waiting import load_waiting_items
-
     state = CatalogState(index=engine.records(SURFACE_NAME), scorer=_scorer(engine), waiting_source=load_waiting_items)
     for key in [k for k, (ref, _) in _STATES.items() if ref() is None]:
         del _STATES[key]

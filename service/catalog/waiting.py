@@ -7,14 +7,14 @@ connection is ``disconnected`` (``block``) or ``degraded``. An ingested item abo
 integration or server stands in for the derived one. Only ``block`` and ``degraded`` items of the
 caller's own tenants show; setup and onboarding cards stay off the list. Ranked search shows the
 first few as its Waiting block within ``WAITING_BUDGET_S`` (past it the answer goes out without the
-block and says so in ``phaseTimings.waitingItemsTimedOut``); ``waiting_items`` answers the full list.
+block and says so in ``phaseTimings.waitingItemsTimedOut``); ``search.waiting_summary`` answers the full list.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -25,8 +25,10 @@ from service.catalog.models import parse_timestamp
 from service.engine.store import Filter, Match, MatchAny, Range
 
 if TYPE_CHECKING:
-    from service.catalog.state import WaitingSource
     from service.engine.runtime import Engine
+
+# Loads the caller's open waiting items (``load_waiting_items``, or a test's stand-in).
+WaitingSource = Callable[["Engine", Caller], Awaitable[list[dict[str, Any]]]]
 
 WAITING_BUDGET_S = 1.5
 SHOWN_ITEMS = 3
@@ -154,16 +156,3 @@ async def check_waiting(source: WaitingSource, engine: Engine, caller: Caller, b
     except TimeoutError:
         return WaitingOutcome([], True, (loop.time() - started) * 1000)
     return WaitingOutcome(items, False, (loop.time() - started) * 1000)
-
-
-async def waiting_summary(engine: Engine, caller: Caller) -> dict[str, Any]:
-    """The full list of the caller's waiting items (the Waiting block shows the first few), without the block's time budget."""
-    from service.catalog.state import catalog_state
-
-    items = await catalog_state(engine).waiting_source(engine, caller)
-    step = (
-        "Tell the user what is waiting on them; each item says what they must do, and a cleared item leaves this list."
-        if items
-        else "Nothing is waiting on the user."
-    )
-    return {"kind": "waiting", "items": items, "total": len(items), "nextStep": step}

@@ -1,12 +1,13 @@
-"""Workspace code search (seed 002): chunk-level hybrid (lexical + semantic, RRF) search over a
+"""Workspace code search: chunk-level hybrid (lexical + semantic, RRF) search over a
 registered workspace, with ``path:line:snippet`` output, regex, path and glob scope, and a
 graceful lexical fallback.
 
-Modules: ``walker``, ``chunker``, ``trigram``, ``scope`` (building blocks); ``model`` (collection
-and keys), ``workspace`` (settings and the durable registry), ``parsing`` (request bodies),
-``cache`` (the chunk cache on disk), ``indexer`` (revalidation), ``runtime`` (open workspaces),
-``lexical``, ``semantic``, ``ranking``, ``render``, ``search`` (one search), ``routes`` (HTTP),
-``jobs`` (arq) and ``cli`` (``agentsearch index`` / ``search``).
+Modules: ``walker``, ``chunker``, ``trigram`` (the index), ``prefilter`` (what a regex requires),
+``pattern`` (compiling a regex), ``scope`` (building blocks); ``model`` (collection and keys),
+``workspace`` (settings and the durable registry), ``parsing`` (request bodies), ``cache`` (the
+chunk cache on disk), ``indexer`` (revalidation), ``runtime`` (open workspaces), ``lexical``,
+``semantic``, ``ranking``, ``render``, ``search`` (one search), ``routes`` (HTTP), ``jobs`` (arq)
+and ``cli`` (``agentsearch index`` / ``search``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from service.code.model import COLLECTION, SPEC, SURFACE_NAME
 from service.code.roots import mark_no_index
 from service.code.routes import routes
 from service.code.semantic import INDEX_JOB, WARM_JOB
-from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.store import VectorSpec
-from service.surfaces import SurfaceDef
+from service.engine.surface import JobDef, SurfaceDef
+from service.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -48,7 +49,7 @@ SURFACE = SurfaceDef(
     routes=routes,
     on_open=on_open,
     add_cli=add_cli,
-    jobs={INDEX_JOB: (index_workspace_job, True), WARM_JOB: (warm_workspace_job, True)},
+    jobs={INDEX_JOB: JobDef(index_workspace_job, fast=True), WARM_JOB: JobDef(warm_workspace_job, fast=True)},
     bulk_embedding=True,
 )
 

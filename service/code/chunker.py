@@ -1,6 +1,6 @@
 """Chunking source files at declaration boundaries, with stable boundaries and content hashes.
 
-How a file is cut (seed 002, "File chunking"):
+How a file is cut:
 - The file's language comes from its extension; tree-sitter (the official grammar wheels) finds
   the top-level declarations: functions, classes, methods, types, impl blocks, modules. Each
   declaration chunk starts at its contiguous comments directly above (no blank line between) and

@@ -65,8 +65,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _run(coroutine: Any) -> int:
-    from service.cli import configure_logging
     from service.errors import AgentSearchError
+    from service.logs import configure_logging
 
     configure_logging("WARNING")
     try:
@@ -97,10 +97,11 @@ def _config(args: argparse.Namespace, settings: Settings) -> SearchConfig:
     return parse_search_config(Fields(raw, "options"), settings)
 
 
-async def _open(settings: Settings) -> Engine:
-    from service.engine.runtime import open_engine
+async def _open(args: argparse.Namespace, settings: Settings) -> Engine:
+    """The engine with every surface: the command line hands their list in (``args.surfaces``)."""
+    from service.engine.startup import open_engine
 
-    return await open_engine(settings)
+    return await open_engine(settings, args.surfaces())
 
 
 async def _close(engine: Engine) -> None:
@@ -166,7 +167,7 @@ async def _index(args: argparse.Namespace) -> int:
     settings = _settings(args)
     root = resolve_root(str(Path(args.path).expanduser().absolute()), settings, trusted=True)
     config = _config(args, settings)
-    engine = await _open(settings)
+    engine = await _open(args, settings)
     try:
         workspace = await _registered(engine, root, config)
         workspaces = workspaces_of(engine)
@@ -225,7 +226,7 @@ async def _search(args: argparse.Namespace) -> int:
     if args.glob:
         body["glob"] = args.glob
     request = parse_search_body(body)
-    engine = await _open(settings)
+    engine = await _open(args, settings)
     try:
         workspace = await _registered(engine, root, None)
         bar = _LazyBar("file", "indexing")

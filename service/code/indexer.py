@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from service.code.cache import CachedChunk, FileState
 from service.code.chunker import chunk_file
@@ -46,7 +46,8 @@ from service.engine.records import PENDING, content_hash
 from service.engine.store import PointRecord, point_id
 
 if TYPE_CHECKING:
-    from service.code.runtime import WorkspaceRuntime
+    from service.code.cache import ChunkCache
+    from service.code.workspace import Workspace
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,18 @@ BATCH_CHUNKS = 4_000
 # How long chunking runs on the event loop before yielding to queued requests.
 YIELD_EVERY_S = 0.02
 
-Progress = Callable[[int, int], None]
+# Called with (files done, files in all) as a revalidation goes.
+SyncProgress = Callable[[int, int], None]
+
+
+class IndexTarget(Protocol):
+    """The open workspace a revalidation works on (``runtime.WorkspaceRuntime`` is one): its chunk
+    cache, and the trigram reader it reloads or replaces after a write."""
+
+    workspace: Workspace
+    cache: ChunkCache
+    trigram_dir: Path
+    trigram: TrigramIndex
 
 
 @dataclass
@@ -99,7 +111,7 @@ def skip_counts(result: WalkResult) -> dict[str, int]:
     }
 
 
-async def sync(engine: Engine, runtime: WorkspaceRuntime, *, deadline: float | None = None, progress: Progress | None = None) -> SyncReport:
+async def sync(engine: Engine, runtime: IndexTarget, *, deadline: float | None = None, progress: SyncProgress | None = None) -> SyncReport:
     """Bring the workspace's index in line with its tree (see the module docstring)."""
     started = time.monotonic()
     workspace = runtime.workspace
@@ -163,7 +175,7 @@ def _batches(files: Sequence[WalkedFile]) -> list[list[WalkedFile]]:
 
 
 async def _chunk_files(
-    root: Path, batch: Sequence[WalkedFile], runtime: WorkspaceRuntime, known: dict[str, tuple[int, int]]
+    root: Path, batch: Sequence[WalkedFile], runtime: IndexTarget, known: dict[str, tuple[int, int]]
 ) -> tuple[list[WalkedFile], list[CachedChunk]]:
     """Chunk the readable files of ``batch`` with their keys; a file that vanished is left out."""
     files: list[WalkedFile] = []
@@ -194,7 +206,7 @@ async def _chunk_files(
 class _ChangeWriter:
     """Applies batches of file changes to the store, the trigram index and the cache, in that order."""
 
-    def __init__(self, engine: Engine, runtime: WorkspaceRuntime, report: SyncReport) -> None:
+    def __init__(self, engine: Engine, runtime: IndexTarget, report: SyncReport) -> None:
         self.engine = engine
         self.runtime = runtime
         self.report = report
@@ -311,7 +323,7 @@ async def enqueue_embedding(engine: Engine, items: Sequence[tuple[str, str]]) ->
     return ok
 
 
-async def rebuild_trigram(runtime: WorkspaceRuntime) -> int:
+async def rebuild_trigram(runtime: IndexTarget) -> int:
     """Re-derive the trigram index from the cache (after a crash left the two apart)."""
     shutil.rmtree(runtime.trigram_dir, ignore_errors=True)
     index = TrigramIndex.open(runtime.trigram_dir)

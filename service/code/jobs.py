@@ -49,7 +49,7 @@ async def index_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[st
 
 @node_local
 async def warm_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[str, int]:
-    """Seed 002's background warming after a cold broad fallback: queue every cold chunk for embedding."""
+    """Background warming after a cold broad fallback: queue every cold chunk for embedding."""
     engine: Engine = ctx["engine"]
     try:
         return {"queued": await warm(engine, workspace_id, deadline=_deadline(engine))}

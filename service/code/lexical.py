@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.code import rematch
 from service.code.cache import CachedChunk
 from service.code.model import COLLECTION
 from service.code.runtime import WorkspaceRuntime
@@ -39,7 +38,7 @@ REGEX_CANDIDATES = 20_000
 # still stops at its own deadline, time queued included) and leaves the other cores to the rest.
 REGEX_PROCESSES = 2
 MATCHER_LINE_BYTES = 32 << 20  # one file's answer line (at most limit + 1 lines of 4 KiB, JSON-escaped)
-_MATCHER = Path(rematch.__file__)
+_MATCHER = Path(__file__).with_name("rematch.py")  # run as a script, never imported
 _SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 _WORD = re.compile(r"\w+")

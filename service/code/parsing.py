@@ -120,7 +120,7 @@ def parse_search_config(fields: Fields, settings: Settings) -> SearchConfig:
 
 
 def check_skip_dir(name: str) -> None:
-    """Seed 002: entries are exact directory names, not globs or relative paths."""
+    """``skip_dirs`` entries are exact directory names, not globs or relative paths."""
     if not is_directory_name(name):
         raise ValidationError(
             f"search.skip_dirs entry {name!r} is not a directory name; entries are exact names like 'coverage', "

@@ -1,5 +1,5 @@
 """Ranking: reciprocal rank fusion of the lexical and semantic chunk lists, then the fixed
-path-aware adjustments (seed 002: source files above docs, tests, mocks, generated and vendored
+path-aware adjustments (source files above docs, tests, mocks, generated and vendored
 code), applied after fusion and shown with each result.
 
 RRF, as in the store's own hybrid query: ``score = sum(weight / (k + rank))`` over the lists a

@@ -67,7 +67,7 @@ async def delete_workspace(request: web.Request) -> web.Response:
 
 @routes.post("/v1/workspaces/{id}/search")
 async def search(request: web.Request) -> web.Response:
-    """Seed 002's search tool: text-first output, results, notices and metadata."""
+    """Workspace code search: text-first output, results, notices and metadata."""
     engine = request.app[ENGINE]
     caller = caller_of(request)
     workspace = workspaces_of(engine).owned((caller.user_tenant,), request.match_info["id"])

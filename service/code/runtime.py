@@ -3,7 +3,7 @@
 ``workspaces_of(engine)`` is the one ``Workspaces`` of an engine (request handlers, jobs and the
 CLI share it, so the in-process worker and the front end see the same caches and locks). A
 workspace is revalidated against its tree at most every ``settings.revalidate_interval_s``
-(seed 002: 10 s); one revalidation at a time per workspace (an asyncio lock: a search that finds
+(10 s by default); one revalidation at a time per workspace (an asyncio lock: a search that finds
 one running waits briefly, then searches what is indexed, with a notice).
 
 A workspace whose root was deleted (or replaced by a file) is ``missing``: its status says so and a
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from service.code.cache import ChunkCache
-from service.code.indexer import Progress, SyncReport, enqueue_embedding, rebuild_trigram, sync
+from service.code.indexer import SyncProgress, SyncReport, enqueue_embedding, rebuild_trigram, sync
 from service.code.model import COLD, COLLECTION
 from service.code.roots import mark_no_index
 from service.code.trigram import IndexLocked, TrigramIndex
@@ -252,7 +252,7 @@ class Workspaces:
         force: bool = False,
         deadline: float | None = None,
         wait_s: float = 0.0,
-        progress: Progress | None = None,
+        progress: SyncProgress | None = None,
     ) -> Freshness:
         """Revalidate if due (or ``force``): at most one at a time; waits ``wait_s`` for a running one.
         A root that is gone is ``WorkspaceMissing``, checked first (a stat), so nothing stale is served."""

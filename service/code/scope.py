@@ -1,4 +1,4 @@
-"""Path and glob scope of a code search: which workspace files a query may look at (seed 002).
+"""Path and glob scope of a code search: which workspace files a query may look at.
 
 - ``path``: ``None``, ``""`` or ``"."`` is the whole workspace; otherwise a file or directory
   relative to the workspace root (or absolute but inside it). ``..`` escapes, absolute paths

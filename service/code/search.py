@@ -1,8 +1,8 @@
-"""One workspace code search, start to finish (seed 002's "How it works").
+"""One workspace code search, start to finish.
 
 1. Check the request against the workspace (scope, regex) before touching anything.
 2. Revalidate the workspace if due (mtime and size, at most every ``revalidate_interval_s``).
-3. Regex: the lexical regex pass, always (seed: regex search always uses lexical mode).
+3. Regex: the lexical regex pass, always (a regex search never runs semantically).
 4. Otherwise the chunk-aware lexical pass over the scope, then, in hybrid mode, the semantic pass
    (query embedding against the scope's chunk vectors), RRF fusion of the two chunk lists, and
    the path-aware adjustments after fusion.
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from service.code.lexical import ChunkHit, QueryText, ranked_lexical, regex_search
 from service.code.model import COLLECTION
 from service.code.parsing import MAX_LIMIT, Mode, SearchRequest
+from service.code.pattern import regex_compile
 from service.code.ranking import adjust, fuse
 from service.code.render import ResultLine, hybrid_lines, lexical_lines, output_text, regex_lines
 from service.code.runtime import WorkspaceRuntime, workspace_filter, workspaces_of
@@ -33,7 +34,6 @@ from service.code.semantic import (
     SCOPE_TOO_LARGE,
     WARMING_RUNNING,
     WARMING_SCHEDULED,
-    Embedder,
     dense_hits,
     embed_scope,
     embedder_for,
@@ -42,11 +42,10 @@ from service.code.semantic import (
     scope_state,
 )
 from service.code.skipped import skip_reason
-from service.code.trigram import regex_compile
 from service.code.workspace import Workspace
-from service.engine.embeddings import EmbeddingUnavailable
+from service.engine.embeddings import Embedder
 from service.engine.store import Filter, Match, MatchAny, StoreError
-from service.errors import InvalidRegex, NotFound, PathOutsideWorkspace
+from service.errors import EmbeddingUnavailable, InvalidRegex, NotFound, PathOutsideWorkspace
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -284,7 +283,7 @@ async def _embed(ctx: _Context, embedder: Embedder, query: str, unembedded: int,
 
 
 async def _warm_after_fallback(ctx: _Context, cold: int) -> None:
-    """Seed 002: a cold broad fallback schedules background warming of the tracked workspace."""
+    """A cold broad fallback schedules background warming of the tracked workspace."""
     workspace = ctx.workspace
     if workspace.warm and not cold:
         ctx.notices.append(WARMING_RUNNING)

@@ -1,10 +1,10 @@
 """The semantic pass: which model a workspace uses, embedding a small cold scope at query time,
 warming a workspace in the background, and dense retrieval over the scope's chunk vectors.
 
-Seed 002's scope limit (``settings.semantic_scope_limit``, 800) bounds what a query may have to
+The scope limit (``settings.semantic_scope_limit``, 800) bounds what a query may have to
 embed itself: a scope whose chunks are all embedded (warm) runs hybrid at any size; one with at
 most 800 chunks not yet embedded embeds them now (they stay embedded); more than that falls back
-to lexical with the seed's notice, and a cold workspace is then warmed in the background
+to lexical with a notice saying so, and a cold workspace is then warmed in the background
 (``warm_workspace`` job on the fast queue), so later searches use the cached chunk index.
 """
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from service.code.model import COLLECTION
 from service.code.runtime import Workspaces, workspaces_of
 from service.code.workspace import Workspace
-from service.engine.embeddings import EmbeddingUnavailable, LocalEmbedder, OpenAIEmbedder
+from service.engine.embeddings import Embedder
 from service.engine.records import DONE
 from service.engine.store import Filter, Hit, Match, StoreError, VectorSpec, point_id
 
@@ -36,8 +36,6 @@ WARMING_RUNNING = "background index warming is in progress; later searches will 
 EMBED_BATCH = 64
 WARM_JOB = "warm_workspace"
 INDEX_JOB = "index_workspace"
-
-Embedder = LocalEmbedder | OpenAIEmbedder
 
 
 def embedder_for(engine: Engine, workspace: Workspace) -> Embedder | None:
@@ -177,7 +175,6 @@ def _wait(deadline: float | None) -> float:
 
 __all__ = [
     "SCOPE_TOO_LARGE",
-    "EmbeddingUnavailable",
     "IndexNotComplete",
     "ScopeState",
     "dense_hits",

@@ -1,6 +1,6 @@
 """Walking a workspace: which files code search sees, with their size and mtime.
 
-Rules (seed 002, "What gets skipped"):
+What gets skipped:
 - directories named ``.git``, ``node_modules``, ``vendor`` and every name in ``skip_dirs`` are
   pruned anywhere in the tree (exact names, not globs);
 - ``.gitignore`` files are respected, the root one and nested ones, with git's precedence (a
@@ -205,7 +205,7 @@ def _load_rules(path: str, base: str) -> _IgnoreRules | None:
 
 
 def _looks_binary(path: str) -> bool | None:
-    """The seed's NUL-byte probe; None when the file cannot be read."""
+    """Whether the file holds a NUL byte (the binary probe); None when the file cannot be read."""
     try:
         with open(path, "rb") as handle:
             return b"\0" in handle.read(BINARY_PROBE_BYTES)

@@ -40,7 +40,7 @@ ENTRY_FORMAT = 1
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """Seed 002's ``search:`` block for one workspace."""
+    """The ``search:`` block of one workspace: its own search settings."""
 
     skip_dirs: tuple[str, ...] = ()
     embeddings_model: str | None = None

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from service.errors import EmbeddingsDisabled, EmbeddingUnavailable
 from service.redact import mask_text
 from service.settings import Settings
 
@@ -30,14 +31,6 @@ LOCAL_PROVIDER = "local"
 _LOCAL_MODELS = {"all-MiniLM-L6-v2": 384}
 # How many texts one encode call takes before yielding the model to a waiting query.
 _ENCODE_SLICE = 32
-
-
-class EmbeddingUnavailable(Exception):
-    """The model is absent, failed or timed out; the message is shown in the search notice."""
-
-
-class EmbeddingsDisabled(EmbeddingUnavailable):
-    """No embeddings model is configured (``none``): not transient, so nothing retries it."""
 
 
 def vector_name(model: str, dimensions: int) -> str:

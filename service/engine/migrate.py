@@ -14,9 +14,8 @@ Records hold everything their index entries derive from (``embed_text``, ``embed
    ``fill_vector``/``fill_hash`` on a record say what its new vector was computed from, so a crash
    loses at most one batch. Records written meanwhile are filled by the next pass; the fill ends
    with a pass that finds nothing left.
-3. **switch**: the serving marker (a point of the ``engine_meta`` collection, so it lives where
-   the vectors live and every front end and worker reads the same one) names the new model.
-   Processes read it at start and every ``SERVING_REFRESH_S`` seconds.
+3. **switch**: the serving marker (``service.engine.serving``) names the new model. Processes read
+   it at start and every ``SERVING_REFRESH_S`` seconds.
 4. **reconcile**: once every process has switched (a wait of two refresh periods when other
    processes may serve, with a Qdrant server), records embedded meanwhile with the old model get
    the new vector, and every record's ``vector_name`` names it.
@@ -40,21 +39,17 @@ import orjson
 from redis.exceptions import RedisError
 
 from service.engine.analyzer import ANALYZER_VERSION, upgrade_terms
-from service.engine.embeddings import EmbeddingUnavailable, LocalEmbedder, ModelRef, OpenAIEmbedder
+from service.engine.embeddings import LocalEmbedder, ModelRef, OpenAIEmbedder
 from service.engine.records import DONE, PENDING, RecordIndex, content_hash
-from service.engine.store import CollectionSpec, PointRecord, VectorSpec, point_id
+from service.engine.serving import SERVING_KEY, SERVING_REFRESH_S, read_marker, refresh_serving, write_marker
+from service.engine.store import VectorSpec
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
 
-META_COLLECTION = "engine_meta"
-META_SPEC = CollectionSpec(name=META_COLLECTION)
-SERVING_KEY = "serving_model"
 MIGRATION_KEY = "migration"
-# How often every process re-reads the serving marker; the switch waits two of these.
-SERVING_REFRESH_S = 5.0
 SCROLL_PAGE = 512
 MAX_FILL_PASSES = 20
 
@@ -100,56 +95,6 @@ class ReindexReport:
         return asdict(self)
 
 
-# ---- the markers -----------------------------------------------------------------------------
-
-
-async def read_marker(engine: Engine, key: str) -> Mapping[str, Any] | None:
-    points = await engine.store.retrieve(META_COLLECTION, [point_id(META_COLLECTION, key)])
-    return points[0].payload if points else None
-
-
-async def write_marker(engine: Engine, key: str, payload: Mapping[str, Any]) -> None:
-    body = {**payload, "key": key, "tenant": "global", "terms": "", "updated_at": time.time()}
-    await engine.store.upsert(META_COLLECTION, [PointRecord(id=point_id(META_COLLECTION, key), payload=body)])
-
-
-def _ref(payload: Mapping[str, Any] | None, prefix: str = "") -> ModelRef | None:
-    if not payload or not payload.get(f"{prefix}model"):
-        return None
-    dimensions = payload.get(f"{prefix}dimensions")
-    return ModelRef(str(payload[f"{prefix}model"]), int(dimensions) if dimensions else None)
-
-
-async def load_serving(engine: Engine) -> None:
-    """Read (or, on a new store, write) the serving marker; the registry serves what it names."""
-    await engine.store.ensure_collection(META_SPEC)
-    configured = engine.embedders.configured
-    marker = _ref(await read_marker(engine, SERVING_KEY))
-    if configured is not None and marker is None:
-        await write_marker(engine, SERVING_KEY, {"model": configured.model, "dimensions": configured.dimensions})
-        marker = configured
-    _serve(engine, marker)
-
-
-async def refresh_serving(engine: Engine) -> None:
-    """Follow a switch made by another process (a reindex run elsewhere)."""
-    _serve(engine, _ref(await read_marker(engine, SERVING_KEY)))
-
-
-def _serve(engine: Engine, marker: ModelRef | None) -> None:
-    registry = engine.embedders
-    if marker == registry.serving or registry.configured is None:
-        return
-    registry.set_serving(marker)
-    if marker is not None and marker != registry.configured:
-        log.warning(
-            "the configured embeddings model does not serve yet; run `agentsearch reindex` to fill its vectors and switch",
-            extra={"serving": marker.model, "configured": registry.configured.model},
-        )
-    else:
-        log.info("serving embeddings model", extra={"model": marker.model if marker else None})
-
-
 # ---- reindex ---------------------------------------------------------------------------------
 
 
@@ -172,7 +117,7 @@ async def reindex(
     notify = progress or (lambda _: None)
     notify(ReindexProgress("teams"))
     teams = await migrate_team_tenants(engine, {**await take_queued_team_orgs(engine), **(team_orgs or {})})
-    await refresh_serving(engine)
+    await refresh_serving(engine.store, engine.embedders)
     registry = engine.embedders
     serving, target = registry.serving, registry.configured
     report = ReindexReport(serving_model=serving.model if serving else None, teams=teams.as_dict())
@@ -183,7 +128,7 @@ async def reindex(
         report.repaired += repaired
         report.reanalyzed += reanalyzed
         report.by_collection.setdefault(index.collection, {}).update(records=records, repaired=repaired, reanalyzed=reanalyzed)
-    migration = await read_marker(engine, MIGRATION_KEY)
+    migration = await read_marker(engine.store, MIGRATION_KEY)
     if target is None:
         notify(ReindexProgress("done"))
         return report
@@ -195,7 +140,7 @@ async def reindex(
         await _fill(engine, embedder, serving, serving_vector, report, notify, deadline)
         await _switch(engine, target)
         report.switched = True
-        migration = await read_marker(engine, MIGRATION_KEY)
+        migration = await read_marker(engine.store, MIGRATION_KEY)
     # "filling" here too: a run that died between writing the serving marker and its own marker.
     if migration and migration.get("state") in ("filling", "switched") and migration.get("target_vector") == _vector_name(embedder):
         report.target_model = target.model
@@ -208,7 +153,7 @@ async def reindex(
             report.reconciled += reconciled
             report.by_collection.setdefault(index.collection, {})["reconciled"] = reconciled
         report.retired = await _retire(engine, migration, _vector_name(embedder), notify)
-        await write_marker(engine, MIGRATION_KEY, {**migration, "state": "done", "finished_at": time.time()})
+        await write_marker(engine.store, MIGRATION_KEY, {**migration, "state": "done", "finished_at": time.time()})
     report.serving_model = registry.default_model
     notify(ReindexProgress("done"))
     return report
@@ -318,10 +263,10 @@ async def _fill(
         "source_vector": serving_vector,
         "started_at": time.time(),
     }
-    previous = await read_marker(engine, MIGRATION_KEY)
+    previous = await read_marker(engine.store, MIGRATION_KEY)
     if previous and previous.get("target_vector") == target_vector and previous.get("state") == "filling":
         marker["started_at"] = previous.get("started_at", marker["started_at"])  # a resumed run
-    await write_marker(engine, MIGRATION_KEY, marker)
+    await write_marker(engine.store, MIGRATION_KEY, marker)
     for index in engine.surfaces.values():
         await engine.ensure_vector(index.collection, VectorSpec(target_vector, embedder.dimensions))
     for _ in range(MAX_FILL_PASSES):
@@ -383,9 +328,9 @@ async def _write_target(
 
 async def _switch(engine: Engine, target: ModelRef) -> None:
     """Step 3: the serving marker names the new model; this process serves it at once."""
-    await write_marker(engine, SERVING_KEY, {"model": target.model, "dimensions": target.dimensions})
-    migration = await read_marker(engine, MIGRATION_KEY) or {}
-    await write_marker(engine, MIGRATION_KEY, {**migration, "state": "switched", "switched_at": time.time()})
+    await write_marker(engine.store, SERVING_KEY, {"model": target.model, "dimensions": target.dimensions})
+    migration = await read_marker(engine.store, MIGRATION_KEY) or {}
+    await write_marker(engine.store, MIGRATION_KEY, {**migration, "state": "switched", "switched_at": time.time()})
     engine.embedders.set_serving(target)
     log.info("switched the default embeddings model", extra={"model": target.model})
 
@@ -484,15 +429,11 @@ class RedisProgress:
 
 
 __all__ = [
-    "META_COLLECTION",
-    "SERVING_REFRESH_S",
-    "EmbeddingUnavailable",
+    "MIGRATION_KEY",
     "RedisProgress",
     "ReindexNotFinished",
     "ReindexProgress",
     "ReindexReport",
-    "load_serving",
     "progress_key",
-    "refresh_serving",
     "reindex",
 ]

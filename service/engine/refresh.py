@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.engine.embeddings import EmbeddingUnavailable
 from service.engine.records import DONE, PENDING, RecordIndex, can_embed
 from service.engine.runtime import Engine
 from service.engine.store import Filter, Match, Range, StoreError, VectorSpec
@@ -138,4 +137,4 @@ async def sweep(engine: Engine, *, max_records: int = 100_000, grace_s: float | 
     return enqueued
 
 
-__all__ = ["EmbedOutcome", "EmbeddingUnavailable", "embed_records", "is_embedded", "sweep"]
+__all__ = ["EmbedOutcome", "embed_records", "is_embedded", "sweep"]

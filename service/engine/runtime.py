@@ -1,7 +1,8 @@
 """The engine runtime: one object holding the store, embedders, job queue and Redis of a process.
 
-Opened by the service's cleanup context, by ``agentsearch worker`` and by the one-shot CLI
-commands; surfaces register their collections on it so the sweeper and status pages find them.
+Opened by ``service.engine.startup.open_engine`` (the service's cleanup context, ``agentsearch
+worker`` and the one-shot CLI commands); surfaces register their collections on it so the sweeper
+and status pages find them.
 """
 
 from __future__ import annotations
@@ -10,17 +11,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from arq.connections import ArqRedis
 from redis.asyncio import ConnectionPool
 
-from service.auth import load_or_create_secret
-from service.engine.deployment import Deployment, resolve_deployment
 from service.engine.embeddings import EmbedderRegistry
-from service.engine.queue import JobQueue, QueueNames, deserialize, is_node_local, serialize
+from service.engine.queue import JobQueue, deserialize, serialize
 from service.engine.records import RecordIndex
-from service.engine.store import CollectionSpec, Store, StoreError, VectorSpec, open_store
+from service.engine.serving import SERVING_REFRESH_S, refresh_serving
+from service.engine.store import CollectionSpec, Store, StoreError, VectorSpec
 from service.ratelimit import RateLimiter
 from service.settings import Settings
 
@@ -39,6 +39,8 @@ class Engine:
     jwt_secret: str
     rate_limiter: RateLimiter
     surfaces: dict[str, RecordIndex] = field(default_factory=dict)
+    other_tenant_collections: list[str] = field(default_factory=list)
+    """Collections besides the surfaces' own whose points carry a tenant (``SurfaceDef.tenant_collections``)."""
     _vectors: set[tuple[str, str]] = field(default_factory=set)
     _serving_refresh: asyncio.Task[None] | None = None
 
@@ -74,13 +76,12 @@ class Engine:
 
     def follow_serving_model(self) -> None:
         """Re-read the serving model marker every few seconds: a reindex elsewhere may switch it."""
-        from service.engine.migrate import SERVING_REFRESH_S, refresh_serving
 
         async def follow() -> None:
             while True:
                 await asyncio.sleep(SERVING_REFRESH_S)
                 try:
-                    await refresh_serving(self)
+                    await refresh_serving(self.store, self.embedders)
                 except StoreError as exc:
                     log.warning("could not read the serving model marker", extra={"error": str(exc)})
 
@@ -100,74 +101,3 @@ def create_redis_client(url: str) -> ArqRedis:
     """An ArqRedis that connects lazily: the service starts (and answers searches) with Redis down."""
     pool = ConnectionPool.from_url(url, socket_connect_timeout=2, socket_timeout=5, retry_on_timeout=False)
     return ArqRedis(connection_pool=pool, job_serializer=serialize, job_deserializer=deserialize)
-
-
-async def open_engine(settings: Settings, *, store: Store | None = None) -> Engine:
-    """Open the store (taking the data-directory lock for the embedded default) and the rest.
-
-    The engine's settings carry the deployment's resolved ``queue_prefix`` (``resolve_deployment``)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    deployment = resolve_deployment(settings)
-    settings = replace(settings, queue_prefix=deployment.prefix)
-    secret = settings.jwt_secret or load_or_create_secret(settings.data_dir)
-    if store is None:
-        store = await open_store(
-            settings.store_kind,
-            data_dir=settings.data_dir / "index",
-            qdrant_url=settings.qdrant_url,
-            api_key=settings.qdrant_api_key,
-            shard_number=settings.qdrant_shard_number,
-            replication_factor=settings.qdrant_replication_factor,
-            write_consistency_factor=settings.qdrant_write_consistency_factor,
-            local_path=settings.qdrant_path,
-        )
-    redis = create_redis_client(settings.redis_url)
-    engine = Engine(
-        settings=settings,
-        store=store,
-        embedders=EmbedderRegistry(settings),
-        redis=redis,
-        queue=JobQueue(
-            redis,
-            QueueNames(settings.queue_prefix),
-            deployment=deployment.id,
-            workspace_nodes=settings.workspace_nodes,
-            node_local_jobs=node_local_job_names(),
-        ),
-        jwt_secret=secret,
-        rate_limiter=RateLimiter.from_settings(redis, settings),
-    )
-    from service.engine.migrate import load_serving
-    from service.surfaces import register_surfaces
-
-    try:
-        await load_serving(engine)
-        await register_surfaces(engine)
-        from service.engine.teams import report_legacy_team_records
-
-        await report_legacy_team_records(engine)  # old team keys are visible to nobody: say how many
-    except BaseException:
-        await engine.close()
-        raise
-    engine.follow_serving_model()
-    _log_deployment(deployment)
-    return engine
-
-
-def _log_deployment(deployment: Deployment) -> None:
-    """Say at start which prefix this process's queues and keys use, and where it came from: two
-    deployments on one prefix would take each other's jobs."""
-    log.info(
-        "queue prefix %s (from %s), deployment %s",
-        deployment.prefix,
-        deployment.prefix_source,
-        deployment.id,
-        extra={"prefix": deployment.prefix, "prefix_source": deployment.prefix_source, "deployment": deployment.id},
-    )
-
-
-def node_local_job_names() -> frozenset[str]:
-    """The surfaces' jobs that must run on the node holding their workspace."""
-    from service.surfaces import surface_jobs
-
-    return frozenset(name for name, (job, _) in surface_jobs().items() if is_node_local(job))

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from service.engine.analyzer import query_terms
-from service.engine.embeddings import Embedder, EmbeddingUnavailable
+from service.engine.embeddings import Embedder
 from service.engine.store import Filter, Hit, Store
+from service.errors import EmbeddingUnavailable
 
 log = logging.getLogger(__name__)
 

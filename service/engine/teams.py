@@ -28,8 +28,8 @@ import orjson
 from redis.exceptions import RedisError
 
 from service.auth import TEAM_PREFIX, is_legacy_team_tenant, team_tenant
-from service.engine.migrate import read_marker, write_marker
 from service.engine.records import PENDING
+from service.engine.serving import read_marker, write_marker
 from service.engine.store import Filter, MatchAny, PointRecord, StoreError, point_id
 
 if TYPE_CHECKING:
@@ -74,12 +74,15 @@ def parse_team_orgs(items: Iterable[str]) -> dict[str, str]:
 
 
 def tenant_collections(engine: Engine) -> list[str]:
-    """Every collection whose records carry a tenant a team may hold: the surfaces' and the action instances'."""
-    from service.actions.model import META_COLLECTION as ACTIONS_META
-    from service.actions.model import SURFACE_NAME as ACTIONS
+    """Every collection whose records carry a tenant a team may hold: the surfaces' own, then the
+    others they declare (``SurfaceDef.tenant_collections``: the action instances')."""
+    return [*(index.collection for index in engine.surfaces.values()), *engine.other_tenant_collections]
 
-    collections = [index.collection for index in engine.surfaces.values()]
-    return [*collections, ACTIONS_META] if ACTIONS in engine.surfaces else collections
+
+def last_warm_key(prefix: str) -> str:
+    """The hash of last-warm times, ``<surface>`` and ``<surface>|<tenant>`` -> ms (written by the
+    workers' job recorder, shown by the admin dashboard); re-keying moves its tenants' fields."""
+    return f"{prefix}:admin:last-warm"
 
 
 def rekey(key: str, old_tenant: str, new_tenant: str) -> str | None:
@@ -126,7 +129,7 @@ async def report_legacy_team_records(engine: Engine) -> dict[str, int]:
     Once a full check finds none, a marker in ``engine_meta`` makes later opens skip it.
     """
     try:
-        if (await read_marker(engine, CHECK_MARKER) or {}).get("state") == "qualified":
+        if (await read_marker(engine.store, CHECK_MARKER) or {}).get("state") == "qualified":
             return {}
         counts, complete = await legacy_team_counts(engine)
         if counts:
@@ -138,7 +141,7 @@ async def report_legacy_team_records(engine: Engine) -> dict[str, int]:
                 extra={"records": sum(counts.values()), "team_keys": sorted(counts)[:100]},
             )
         elif complete:
-            await write_marker(engine, CHECK_MARKER, {"state": "qualified"})
+            await write_marker(engine.store, CHECK_MARKER, {"state": "qualified"})
         return counts
     except StoreError as exc:
         log.warning("old team keys not counted", extra={"error": str(exc)})
@@ -183,7 +186,7 @@ async def migrate_team_tenants(engine: Engine, team_orgs: Mapping[str, str]) -> 
     counts, complete = await legacy_team_counts(engine)
     report.unmapped = counts
     if not counts and complete:
-        await write_marker(engine, CHECK_MARKER, {"state": "qualified"})
+        await write_marker(engine.store, CHECK_MARKER, {"state": "qualified"})
     with _suppress_redis("queued team mapping not cleared"):
         await engine.redis.delete(queued_key(engine.settings.queue_prefix))
     return report
@@ -237,9 +240,7 @@ async def _rekeyed(
 
 async def _move_last_warm(engine: Engine, by_team: Mapping[str, str]) -> None:
     """The dashboard's ``<surface>|<tenant>`` last-warm fields follow their tenant's new key."""
-    from service.admin.keys import AdminKeys
-
-    key = AdminKeys(engine.settings.queue_prefix).last_warm
+    key = last_warm_key(engine.settings.queue_prefix)
     with _suppress_redis("last-warm times not moved"):
         stored = await engine.redis.hgetall(key)  # type: ignore[misc]  # redis-py types hash commands as sync-or-async
         fields = {str(f, "utf-8") if isinstance(f, bytes) else str(f): v for f, v in stored.items()}
@@ -268,6 +269,7 @@ class _suppress_redis:
 
 __all__ = [
     "TeamMigrationReport",
+    "last_warm_key",
     "legacy_team_counts",
     "migrate_team_tenants",
     "parse_team_orgs",

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from service.actions.routes import search_for_caller as search_actions_for
 from service.catalog.render import content_of
 from service.catalog.routes import answer_body, search_within_deadline
-from service.catalog.search import parse_request
-from service.catalog.waiting import waiting_summary
+from service.catalog.search import parse_request, waiting_summary
 from service.code.parsing import resolve_root
 from service.code.registration import register_workspace
 from service.code.routes import search_for_caller as search_code_for

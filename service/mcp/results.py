@@ -1,9 +1,8 @@
 """Search answers and failures as MCP tool results (``content``, ``structuredContent``, ``isError``).
 
 Hosts load either the text ``content`` or ``structuredContent`` into the model, so each result
-carries the same substance in both: catalog search its markdown (seed 000), code search its
-text-first lines (seed 002), action search one line per row with every field of seed 003's
-shape. A failure the caller can fix is a tool result with ``isError: true`` whose text says what
+carries the same substance in both: catalog search its markdown, code search its
+text-first lines, action search one line per row with every field of its structured rows. A failure the caller can fix is a tool result with ``isError: true`` whose text says what
 to fix; the model reads it and calls again.
 """
 
@@ -27,7 +26,7 @@ def catalog_result(body: Mapping[str, Any]) -> CallToolResult:
         "isError": bool(body["isError"]),
     }
     if "timing" in body:
-        # Seed 000 puts timing at the top level; SDK clients drop unknown fields, so _meta has it too.
+        # Catalog search puts timing at the top level; SDK clients drop unknown fields, so _meta has it too.
         result["timing"] = body["timing"]
         result["_meta"] = {"timing": body["timing"]}
     return result
@@ -58,7 +57,7 @@ def action_result(body: Mapping[str, Any]) -> CallToolResult:
 
 
 def error_result(code: str, message: str, *, details: Mapping[str, Any] | None = None, catalog: bool = False) -> CallToolResult:
-    """A failure the caller can fix. Catalog search keeps seed 000's structured error document
+    """A failure the caller can fix. Catalog search keeps its structured error document
     (``kind: error``, with ``rateLimit`` when that tripped); the others answer in text alone, as
     their output schemas describe only answers."""
     result: CallToolResult = {"content": [text(f"{code}: {message}")], "isError": True}

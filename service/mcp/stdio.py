@@ -24,9 +24,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
@@ -47,6 +47,11 @@ from service.mcp.remote import RemoteBackend
 from service.mcp.server import LATEST_VERSION, answer
 from service.settings import Settings, load_settings
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
+AppFactory = Callable[[Settings], "web.Application"]
+
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "AGENTSEARCH_TOKEN"
@@ -54,16 +59,17 @@ LOCAL_CALLER = Caller(sub="local", plan=Plan.MAX)
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
-def add_cli(subparsers: Any) -> None:
+def add_cli(subparsers: Any, create_app: AppFactory) -> None:
+    """The ``mcp`` command; ``create_app`` builds the service app whose resources the embedded engine runs on."""
     mcp = subparsers.add_parser("mcp", help="serve the searches as MCP tools over stdio (for a local MCP host)")
     mcp.add_argument("--data-dir", help="the embedded engine's data directory (default ./data)")
     mcp.add_argument("--url", help="call a running agentsearch service (its base URL) instead of the embedded engine")
     mcp.add_argument("--token", help=f"bearer token (default: ${TOKEN_ENV}); required with --url, picks the caller otherwise")
-    mcp.set_defaults(func=cmd_mcp)
+    mcp.set_defaults(func=cmd_mcp, create_app=create_app)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from service.cli import configure_logging
+    from service.logs import configure_logging
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if args.url and not token:
@@ -74,7 +80,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     protocol_out = _claim_stdout()
     try:
         with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
-            return asyncio.run(_serve(args.url, token, settings, protocol_out))
+            return asyncio.run(_serve(args.url, token, settings, protocol_out, args.create_app))
     except AgentSearchError as exc:  # a token the data directory's secret refuses
         print(f"agentsearch: {exc.message}", file=sys.stderr)
         return 2
@@ -89,7 +95,7 @@ def _claim_stdout() -> BinaryIO:
     return protocol_out
 
 
-async def _serve(url: str | None, token: str | None, settings: Settings, out: BinaryIO) -> int:
+async def _serve(url: str | None, token: str | None, settings: Settings, out: BinaryIO, create_app: AppFactory) -> int:
     task = asyncio.current_task()
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
@@ -98,17 +104,16 @@ async def _serve(url: str | None, token: str | None, settings: Settings, out: Bi
         async with RemoteBackend.connect(url, str(token)) as remote:
             await StdioServer(remote, out).run(reader)
         return 0
-    async with _embedded(settings, token) as local:
+    async with _embedded(settings, token, create_app) as local:
         await StdioServer(local, out).run(reader)
     return 0
 
 
 @contextlib.asynccontextmanager
-async def _embedded(settings: Settings, token: str | None) -> AsyncIterator[EngineBackend]:
+async def _embedded(settings: Settings, token: str | None, create_app: AppFactory) -> AsyncIterator[EngineBackend]:
     """The service app's resources started without a listener: the same engine, workers and preload."""
     from aiohttp import web
 
-    from service.app import create_app
     from service.state import ENGINE
 
     app = create_app(settings)

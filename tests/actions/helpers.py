@@ -8,14 +8,14 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from service.actions.loader import read_catalog_file
-from tests.conftest import auth
+from tests.callers import ADMIN, auth
 
 CATALOG_FILE = "/work/shared/data/actions/openapi-actions.jsonl.gz"
 
-ADMIN = auth("root", admin=True)
-ALICE = auth("alice", org="acme", teams=("sales",))
+# Alice of acme's sales team (the team instances these tests write are "sales"'s), and Carol of acme in
+# no team.
+SALES_ALICE = auth("alice", org="acme", teams=("sales",))
 CAROL = auth("carol", org="acme")
-BOB = auth("bob", org="globex")
 
 
 def _action(name: str, description: str, risk: str = "read") -> dict[str, str]:

@@ -7,34 +7,34 @@ from pathlib import Path
 
 import orjson
 
-from service.actions.catalog import ActionCatalog, catalog_for
 from service.actions.ingest import delete_template, write_instances, write_templates
 from service.actions.loader import http_batches, load_catalog_file, read_catalog_file
 from service.actions.parsing import parse_instances_body, parse_template
+from service.actions.state import ActionCatalog, catalog_for
 from service.actions.visibility import visible_instances
-from service.auth import Caller
-from service.engine.runtime import Engine, open_engine
+from service.engine.runtime import Engine
+from service.engine.startup import open_engine
 from service.settings import Settings
+from service.surfaces import surfaces
 from tests.actions.helpers import CATALOG_FILE, GITHUB, GMAIL, data_templates
-
-ALICE = Caller(sub="alice", org="acme")
+from tests.callers import ALICE, caller_of
 
 
 async def test_catalog_and_instances_survive_a_restart(settings: Settings) -> None:
-    engine = await open_engine(settings)
+    engine = await open_engine(settings, surfaces())
     try:
         await write_templates(engine, [parse_template(GMAIL), parse_template(GITHUB)])
-        await write_instances(engine, parse_instances_body({"instances": [{"name": "mail", "template": "gmail", "auth": {"type": "oauth", "provider": "google"}}]}, ALICE))
+        await write_instances(engine, parse_instances_body({"instances": [{"name": "mail", "template": "gmail", "auth": {"type": "oauth", "provider": "google"}}]}, caller_of(ALICE)))
         before = await catalog_for(engine).current()
         names_before = list(before.name_norm)
     finally:
         await engine.close()
-    engine = await open_engine(settings)
+    engine = await open_engine(settings, surfaces())
     try:
         after = await catalog_for(engine).current()
         assert list(after.template_pos) == ["github", "gmail"] and after.name_norm == names_before
         assert after.blocks[after.template_pos["gmail"]].auth.provider == "google"
-        assert [i.name for i in await visible_instances(engine, ALICE)] == ["mail"]
+        assert [i.name for i in await visible_instances(engine, caller_of(ALICE))] == ["mail"]
     finally:
         await engine.close()
 

@@ -17,9 +17,8 @@ from service.actions.parsing import (
 )
 from service.auth import Caller
 from service.errors import Forbidden, ValidationError
-
-ALICE = Caller(sub="alice", org="acme", teams=("sales",))
-ADMIN = Caller(sub="root", admin=True)
+from tests.actions.helpers import SALES_ALICE
+from tests.callers import ADMIN, caller_of
 
 
 def template(**overrides: Any) -> dict[str, Any]:
@@ -77,7 +76,7 @@ def test_instance_owner_defaults_and_tenants() -> None:
                 instance(name="deals", tier="team", auth={"type": "api_key", "secret_name": "DEALS_KEY"}),
             ]
         },
-        ALICE,
+        caller_of(SALES_ALICE),
     )
     assert [i.tenant for i in parsed] == ["user:alice", "org:acme", "team:acme/sales"]  # a team within its org
     assert parsed[0].connected is True and parsed[0].tier is Tier.USER
@@ -86,8 +85,9 @@ def test_instance_owner_defaults_and_tenants() -> None:
 def test_a_team_instance_needs_the_teams_org_and_admins_name_another_orgs_team_with_it() -> None:
     team = instance(name="deals", tier="team", owner="sales", auth={"type": "api_key", "secret_name": "DEALS_KEY"})
     with pytest.raises(ValidationError, match="needs a token with an org claim"):
+        # Teams without an org: no token minted here says that, so the caller is built directly.
         parse_instances_body({"instances": [team]}, Caller(sub="ann", teams=("sales",)))
-    admin = Caller(sub="root", admin=True)
+    admin = caller_of(ADMIN)
     seeded = parse_instances_body({"instances": [{**team, "owner": "globex/sales"}]}, admin)
     assert [(i.tenant, i.owner, i.org) for i in seeded] == [("team:globex/sales", "sales", "globex")]
     with pytest.raises(ValidationError, match="<org>/<team>"):
@@ -116,16 +116,16 @@ def test_a_team_instance_needs_the_teams_org_and_admins_name_another_orgs_team_w
 )
 def test_bad_instances_are_refused(change: dict[str, Any], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=re.escape(message)):
-        parse_instances_body({"instances": [instance(**change)]}, ALICE)
+        parse_instances_body({"instances": [instance(**change)]}, caller_of(SALES_ALICE))
 
 
 def test_account_email_only_for_oauth() -> None:
     with pytest.raises(ValidationError, match="only for oauth"):
-        parse_instances_body({"instances": [instance(auth={"type": "api_key", "secret_name": "K"}, account_email="a@b.co")]}, ALICE)
+        parse_instances_body({"instances": [instance(auth={"type": "api_key", "secret_name": "K"}, account_email="a@b.co")]}, caller_of(SALES_ALICE))
 
 
 def test_admin_writes_global_and_any_tenant() -> None:
-    parsed = parse_instances_body({"instances": [instance(tier="global"), instance(name="x", tier="org", owner="globex")]}, ADMIN)
+    parsed = parse_instances_body({"instances": [instance(tier="global"), instance(name="x", tier="org", owner="globex")]}, caller_of(ADMIN))
     assert [i.tenant for i in parsed] == ["global", "org:globex"]
 
 

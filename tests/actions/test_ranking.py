@@ -8,16 +8,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from service.actions.model import ACTIONS_COLLECTION, action_key
-from service.app import create_app
 from service.engine.store import point_id
 from service.settings import Settings
 from service.state import ENGINE
 from tests.actions.helpers import (
-    ALICE,
     HAND_MADE,
+    SALES_ALICE,
     action_counts,
     api_key,
     data_templates,
@@ -27,7 +26,7 @@ from tests.actions.helpers import (
     put_templates,
     search,
 )
-from tests.conftest import wait_until, with_settings
+from tests.helpers import running_app, wait_until
 
 Client = TestClient[Any, Any]
 
@@ -41,7 +40,7 @@ async def _load_ranking_catalog(client: Client) -> None:
     await put_templates(client, templates)
     await put_instances(
         client,
-        ALICE,
+        SALES_ALICE,
         oauth("gmail_a", "gmail", "google", connected=False),
         oauth("gmail_b", "gmail", "google"),
         oauth("github", "github", "github"),
@@ -64,23 +63,23 @@ async def test_ranking_facts_with_embeddings(client: Client) -> None:
     await _load_ranking_catalog(client)
     await wait_until(lambda: _embedded(client), timeout_s=240, interval_s=0.5)
 
-    exact = await search(client, ALICE, query="list_repos")
+    exact = await search(client, SALES_ALICE, query="list_repos")
     assert pairs(exact)[0] == ("github", "list_repos")  # not list_repos_for_org, though both hold every word
     assert exact["meta"]["signals"] == ["keyword", "embedding"] and exact["notices"] == []
 
-    typo = await search(client, ALICE, query="lsit_repos")
+    typo = await search(client, SALES_ALICE, query="lsit_repos")
     assert pairs(typo)[0] == ("github", "list_repos")
 
-    paraphrase = await search(client, ALICE, query=PARAPHRASE)
+    paraphrase = await search(client, SALES_ALICE, query=PARAPHRASE)
     assert pairs(paraphrase)[0] == ("weather", "current_weather")
 
     # Connected bonus: the connected twin outranks the disconnected one (whose name sorts first).
-    mail = await search(client, ALICE, query="send an email")
+    mail = await search(client, SALES_ALICE, query="send an email")
     assert pairs(mail)[:2] == [("gmail_b", "send_email"), ("gmail_a", "send_email")]
     assert mail["results"][0]["score"] == pytest.approx(mail["results"][1]["score"] + 0.05, abs=1e-3)
 
     # Read-safer bonus: identical text, read before delete.
-    report = await search(client, ALICE, query="export the quarterly report")
+    report = await search(client, SALES_ALICE, query="export the quarterly report")
     assert pairs(report)[:2] == [("reports", "export_report"), ("reports_admin", "export_report")]
     assert report["results"][0]["score"] == pytest.approx(report["results"][1]["score"] + 0.02, abs=1e-3)
 
@@ -88,21 +87,19 @@ async def test_ranking_facts_with_embeddings(client: Client) -> None:
 @pytest.fixture
 async def keyword_only_client(settings: Settings) -> AsyncIterator[Client]:
     """The app on a deployment without embeddings: the semantic signal is skipped, gracefully."""
-    test_client: Client = TestClient(TestServer(create_app(with_settings(settings, embeddings_model=None))))
-    await test_client.start_server()
-    yield test_client
-    await test_client.close()
+    async with running_app(settings, embeddings_model=None) as test_client:
+        yield test_client
 
 
 async def test_without_embeddings_keyword_and_jaro_winkler_still_rank(keyword_only_client: Client) -> None:
     client = keyword_only_client
     await _load_ranking_catalog(client)
-    typo = await search(client, ALICE, query="lsit_repos")
+    typo = await search(client, SALES_ALICE, query="lsit_repos")
     assert pairs(typo)[0] == ("github", "list_repos")
     assert typo["meta"]["signals"] == ["keyword"]
     assert "ranked by keyword only" in typo["notices"][0]
     # The paraphrase shares no word with its action: keyword scoring alone does not find it.
-    paraphrase = await search(client, ALICE, query=PARAPHRASE)
+    paraphrase = await search(client, SALES_ALICE, query=PARAPHRASE)
     assert ("weather", "current_weather") not in pairs(paraphrase)[:3]
 
 

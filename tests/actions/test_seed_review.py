@@ -1,4 +1,4 @@
-"""Seed 003 facts no other test pinned: the 0.4 / 0.6 blend of keyword and embedding scores with the
+"""Action search facts no other test pinned: the 0.4 / 0.6 blend of keyword and embedding scores with the
 post-rank bonuses, exclude applied before scoring, and search bodies refused with a 4xx."""
 
 from __future__ import annotations
@@ -12,11 +12,19 @@ from aiohttp.test_utils import TestClient, TestServer
 from service.actions.index import embed_text
 from service.actions.model import ActionDef, Risk
 from service.settings import ProviderSettings, Settings
-from tests.actions.helpers import ALICE, HAND_MADE, action_counts, api_key, oauth, put_instances, put_templates, search
+from tests.actions.helpers import (
+    HAND_MADE,
+    SALES_ALICE,
+    action_counts,
+    api_key,
+    oauth,
+    put_instances,
+    put_templates,
+    search,
+)
 from tests.code.conftest import variant
-from tests.code.helpers import running
-from tests.conftest import wait_until
 from tests.embedding_server import bag_of_words_vector
+from tests.helpers import running_app, wait_until
 
 Client = TestClient[Any, Any]
 
@@ -47,28 +55,28 @@ def row_key(row: dict[str, Any]) -> tuple[str, str, str]:
 
 async def load(client: Client) -> None:
     await put_templates(client, HAND_MADE)
-    await put_instances(client, ALICE, *INSTANCES)
+    await put_instances(client, SALES_ALICE, *INSTANCES)
 
 
 @pytest.fixture
 async def client(settings: Settings) -> AsyncIterator[Client]:
     """The app without embeddings: these tests need no model, and loading one costs seconds."""
-    async with running(variant(settings, "plain", embeddings_model=None)) as test_client:
+    async with running_app(variant(settings, "plain", embeddings_model=None)) as test_client:
         yield test_client
 
 
 async def test_score_blends_keyword_0_4_and_cosine_0_6_plus_bonuses(settings: Settings, embedding_endpoint: TestServer) -> None:
     # Keyword scores alone, from a deployment without embeddings: there a row scores keyword + bonuses.
     keyword: dict[str, dict[tuple[str, str, str], float]] = {}
-    async with running(variant(settings, "keyword", embeddings_model=None)) as client:
+    async with running_app(variant(settings, "keyword", embeddings_model=None)) as client:
         await load(client)
         for query in QUERIES:
-            answer = await search(client, ALICE, query=query, include_catalog=True, limit=100)
+            answer = await search(client, SALES_ALICE, query=query, include_catalog=True, limit=100)
             assert answer["meta"]["signals"] == ["keyword"]
             keyword[query] = {row_key(row): row["score"] - bonus(row) for row in answer["results"]}
 
     provider = ProviderSettings(id="acme", base_url=str(embedding_endpoint.make_url("/v1")), api_key="sk-test")
-    async with running(variant(settings, "blend", embeddings_model="acme/bow", providers=(provider,))) as client:
+    async with running_app(variant(settings, "blend", embeddings_model="acme/bow", providers=(provider,))) as client:
         await load(client)
 
         async def embedded() -> bool:
@@ -78,7 +86,7 @@ async def test_score_blends_keyword_0_4_and_cosine_0_6_plus_bonuses(settings: Se
         await wait_until(embedded, timeout_s=60)
         compared = []
         for query in QUERIES:
-            answer = await search(client, ALICE, query=query, include_catalog=True, limit=100)
+            answer = await search(client, SALES_ALICE, query=query, include_catalog=True, limit=100)
             assert answer["meta"]["signals"] == ["keyword", "embedding"], answer["notices"]
             for row in answer["results"]:
                 if row_key(row) not in keyword[query]:
@@ -93,9 +101,9 @@ async def test_score_blends_keyword_0_4_and_cosine_0_6_plus_bonuses(settings: Se
 
 async def test_exclude_is_applied_before_scoring(client: Client) -> None:
     await load(client)
-    everything = await search(client, ALICE, query="send an email", limit=100)
-    one = await search(client, ALICE, query="send an email", limit=100, exclude="gmail_work")
-    template = await search(client, ALICE, query="send an email", limit=100, exclude="gmail")
+    everything = await search(client, SALES_ALICE, query="send an email", limit=100)
+    one = await search(client, SALES_ALICE, query="send an email", limit=100, exclude="gmail_work")
+    template = await search(client, SALES_ALICE, query="send an email", limit=100, exclude="gmail")
     # Gmail has three actions: one excluded instance takes its three pairs out of what is scored, the template six.
     assert one["meta"]["candidates"] == everything["meta"]["candidates"] - 3
     assert template["meta"]["candidates"] == everything["meta"]["candidates"] - 6
@@ -114,9 +122,9 @@ BAD_SEARCHES: list[tuple[dict[str, Any], str]] = [
 
 async def test_bad_search_bodies_are_4xx(client: Client) -> None:
     await load(client)
-    before = await search(client, ALICE, query="", include_catalog=True)
+    before = await search(client, SALES_ALICE, query="", include_catalog=True)
     for body, message in BAD_SEARCHES:
-        response = await client.post("/v1/actions/search", json=body, headers=ALICE)
+        response = await client.post("/v1/actions/search", json=body, headers=SALES_ALICE)
         error = (await response.json())["error"]
         assert response.status == 400 and error["code"] == "validation_error" and message in error["message"], (body, error)
-    assert await search(client, ALICE, query="", include_catalog=True) == before
+    assert await search(client, SALES_ALICE, query="", include_catalog=True) == before

@@ -16,20 +16,19 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp import web
+from aiohttp.test_utils import TestClient
 from arq import Retry
 from arq.worker import func
 
 from service.admin.sampler import SAMPLE_INTERVAL
-from service.app import create_app
 from service.settings import Settings
 from service.state import ENGINE, WORKER_STATE
-from tests.conftest import auth, token_for, wait_until
+from tests.callers import ADMIN
+from tests.helpers import running_app, wait_until
 from workers.settings import own_jobs_only
 
 HOLD = "admin_test_hold"
-ADMIN = auth("root", admin=True)
-USER = auth("alice")
 
 
 async def hold_job(ctx: dict[str, Any], name: str, outcome: str = "ok") -> dict[str, str]:
@@ -51,21 +50,21 @@ def release_key(prefix: str, name: str) -> str:
 @asynccontextmanager
 async def admin_client(settings: Settings, *, sample_interval_s: float = 0.5) -> AsyncIterator[TestClient[Any, Any]]:
     """The service app (own engine, in-process worker) with the hold job registered and fast sampling."""
-    app = create_app(settings)
-    app[SAMPLE_INTERVAL] = sample_interval_s
-    client: TestClient[Any, Any] = TestClient(TestServer(app))
-    await client.start_server()
-    try:
-        for worker in app[WORKER_STATE]["workers"]:
-            worker.functions[HOLD] = func(own_jobs_only(HOLD, hold_job), name=HOLD, timeout=settings.job_timeout_s, max_tries=3)
-        # The embed worker takes jobs once it has loaded the model (the first app of a process waits
-        # for it); its health check starts after that, so "up" means ready.
-        await wait_until(lambda: _workers_up(client), timeout_s=180, interval_s=0.2)
-        yield client
-    finally:
-        # Whatever a failed test left held finishes now, so the worker stops at once.
-        await client.app[ENGINE].redis.set(release_key(settings.queue_prefix, "*all*"), b"1", ex=600)
-        await client.close()
+
+    def fast_sampling(app: web.Application) -> None:
+        app[SAMPLE_INTERVAL] = sample_interval_s
+
+    async with running_app(settings, setup=fast_sampling) as client:
+        try:
+            for worker in client.app[WORKER_STATE]["workers"]:
+                worker.functions[HOLD] = func(own_jobs_only(HOLD, hold_job), name=HOLD, timeout=settings.job_timeout_s, max_tries=3)
+            # The embed worker takes jobs once it has loaded the model (the first app of a process waits
+            # for it); its health check starts after that, so "up" means ready.
+            await wait_until(lambda: _workers_up(client), timeout_s=180, interval_s=0.2)
+            yield client
+        finally:
+            # Whatever a failed test left held finishes now, so the worker stops at once.
+            await client.app[ENGINE].redis.set(release_key(settings.queue_prefix, "*all*"), b"1", ex=600)
 
 
 async def _workers_up(client: TestClient[Any, Any]) -> bool:
@@ -136,6 +135,3 @@ def csrf_of(html: str) -> str:
     assert match, "the page carries its CSRF token"
     return match.group(1)
 
-
-def admin_token() -> str:
-    return token_for("root", admin=True)

@@ -6,7 +6,8 @@ from typing import Any
 
 from service.auth import mint_token
 from service.settings import Settings
-from tests.admin.helpers import ADMIN, USER, admin_client, admin_token, csrf_of
+from tests.admin.helpers import admin_client, csrf_of
+from tests.callers import ADMIN, ALICE, token_of
 
 READS = ["/admin/api/overview", "/admin/api/series", "/admin/api/workers", "/admin/api/index", "/admin/api/jobs", "/admin/api/jobs/some-job", "/admin/chart.svg"]
 ACTIONS = ["/admin/api/jobs/some-job/retry", "/admin/api/jobs/some-job/abort", "/admin/api/sweep", "/admin/api/warm"]
@@ -24,19 +25,19 @@ async def test_api_refuses_missing_forged_and_user_tokens(settings: Settings) ->
         for path in READS:
             await _refused(await client.get(path), 401)
             await _refused(await client.get(path, headers=FORGED), 401)
-            await _refused(await client.get(path, headers=USER), 403)
+            await _refused(await client.get(path, headers=ALICE), 403)
             await _refused(await client.get(path, cookies={"agentsearch_admin": "not-a-token"}), 401)
             await _refused(await client.get(path, headers={"Authorization": "Basic cm9vdDpyb290"}), 401)
         for path in ACTIONS:
             await _refused(await client.post(path, json={}), 401)
-            await _refused(await client.post(path, json={}, headers=USER), 403)
+            await _refused(await client.post(path, json={}, headers=ALICE), 403)
             await _refused(await client.post(path, json={}, headers=FORGED), 401)
         # The pages send a browser without a session to the login form.
         for path in ("/admin", "/admin/jobs/some-job"):
             response = await client.get(path, allow_redirects=False)
             assert response.status == 303 and response.headers["Location"] == "/admin/login"
         for path in ("/admin", "/admin/jobs/some-job"):
-            response = await client.get(path, headers=USER, allow_redirects=False)
+            response = await client.get(path, headers=ALICE, allow_redirects=False)
             assert response.status == 403 and "admin token" in await response.text()
         # Nothing of the admin API leaked into the refusals above; an admin gets the data.
         assert (await client.get("/admin/api/overview", headers=ADMIN)).status == 200
@@ -47,13 +48,13 @@ async def test_login_cookie_is_httponly_strict_and_actions_need_csrf(settings: S
         response = await client.get("/admin/login")
         assert response.status == 200 and 'name="token"' in await response.text()
 
-        user = await client.post("/admin/login", data={"token": USER["Authorization"][7:]}, allow_redirects=False)
+        user = await client.post("/admin/login", data={"token": token_of(ALICE)}, allow_redirects=False)
         assert user.status == 403 and "admin token" in await user.text()
         assert "agentsearch_admin" not in user.cookies
         bad = await client.post("/admin/login", data={"token": "garbage"}, allow_redirects=False)
         assert bad.status == 401 and "malformed token" in await bad.text()
 
-        login = await client.post("/admin/login", data={"token": admin_token()}, allow_redirects=False)
+        login = await client.post("/admin/login", data={"token": token_of(ADMIN)}, allow_redirects=False)
         assert login.status == 303 and login.headers["Location"] == "/admin"
         cookie_header = login.headers["Set-Cookie"]
         for attribute in ("agentsearch_admin=", "HttpOnly", "SameSite=Strict", "Path=/admin", "Max-Age="):

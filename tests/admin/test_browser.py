@@ -21,8 +21,9 @@ from playwright.async_api import Browser, async_playwright, expect
 from service.engine.queue import forget_deployment
 from service.settings import Settings
 from service.state import ENGINE
-from tests.admin.helpers import HOLD, admin_client, admin_token, enqueue_hold, job, release, wait_status
-from tests.conftest import REDIS_URL, TEST_SECRET
+from tests.admin.helpers import HOLD, admin_client, enqueue_hold, job, release, wait_status
+from tests.callers import ADMIN, TEST_SECRET, token_of
+from tests.helpers import REDIS_URL
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -93,7 +94,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]
 async def _log_in(page: Any, base: str) -> None:
     await page.goto(f"{base}/admin")
     assert page.url.endswith("/admin/login")
-    await page.fill("#token", admin_token())
+    await page.fill("#token", token_of(ADMIN))
     await page.click("#login-form button[type=submit]")
     await page.wait_for_url(f"{base}/admin")
 

@@ -10,7 +10,6 @@ from aiohttp.test_utils import TestClient
 from service.settings import Settings
 from service.state import ENGINE
 from tests.admin.helpers import (
-    ADMIN,
     HOLD,
     admin_client,
     enqueue_hold,
@@ -21,7 +20,8 @@ from tests.admin.helpers import (
     release,
     wait_status,
 )
-from tests.conftest import auth, wait_until
+from tests.callers import ADMIN, auth
+from tests.helpers import wait_until
 
 ZERO = {"queued": 0, "deferred": 0, "in_progress": 0, "complete": 0, "failed": 0, "retried": 0}
 

@@ -8,8 +8,9 @@ from service.engine.analyzer import terms_text
 from service.engine.records import IndexRecord
 from service.settings import Settings
 from service.state import ENGINE, WORKER_STATE
-from tests.admin.helpers import ADMIN, HOLD, admin_client, enqueue_hold, get_json, release, wait_status
-from tests.conftest import wait_until
+from tests.admin.helpers import HOLD, admin_client, enqueue_hold, get_json, release, wait_status
+from tests.callers import ADMIN
+from tests.helpers import wait_until
 from workers.settings import stop_workers
 
 

@@ -6,9 +6,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from service.app import create_app
 from service.settings import Settings
 from tests.catalog.fixtures import (
     GITHUB_PACKAGE,
@@ -21,21 +20,14 @@ from tests.catalog.fixtures import (
     seed_builtins,
     wait_embedded,
 )
-from tests.conftest import with_settings
-
-
-async def _client(settings: Settings) -> TestClient[Any, Any]:
-    test_client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings)))
-    await test_client.start_server()
-    return test_client
+from tests.helpers import running_app
 
 
 @pytest.fixture
 async def lexical_client(settings: Settings) -> AsyncIterator[TestClient[Any, Any]]:
     """The app with embeddings off: BM25 only, so orders are exact and nothing waits for a model."""
-    test_client = await _client(with_settings(settings, embeddings_model=None))
-    yield test_client
-    await test_client.close()
+    async with running_app(settings, embeddings_model=None) as test_client:
+        yield test_client
 
 
 ALICE_DATA = [home_package(), HIDDEN_PACKAGE, MCP_HOME, *INTEGRATIONS, GITHUB_PACKAGE, *SECRETS]

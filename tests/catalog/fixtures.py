@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
-from tests.conftest import auth, wait_until
+from aiohttp.test_utils import TestClient
 
-ADMIN = {"sub": "root", "admin": True}
+from service.catalog.state import catalog_state
+from service.settings import Settings
+from service.state import ENGINE
+from tests.callers import ADMIN, auth
+from tests.helpers import running_app, wait_until
 
 DOMAINS = [
     {"type": "domain", "id": "email", "description": "Send and read email.", "order": 1},
@@ -191,34 +197,34 @@ SECRETS = [
 ]
 
 
-async def put(client: Any, entities: list[dict[str, Any]], *, status: int = 200, owner: str | None = None, **claims: Any) -> dict[str, Any]:
-    claims = claims or {"sub": "alice"}
+async def put(client: Any, entities: list[dict[str, Any]], *, status: int = 200, owner: str | None = None, caller: dict[str, str] | None = None) -> dict[str, Any]:
+    """PUT the entities as ``caller`` (a plain ``alice`` by default); the answer, its status checked."""
     body: dict[str, Any] = {"entities": entities}
     if owner:
         body["owner"] = owner
-    response = await client.put("/v1/catalog/entities", json=body, headers=auth(**claims))
+    response = await client.put("/v1/catalog/entities", json=body, headers=caller or auth("alice"))
     payload = await response.json()
     assert response.status == status, payload
     return dict(payload)
 
 
-async def search(client: Any, body: dict[str, Any], *, status: int = 200, **claims: Any) -> dict[str, Any]:
-    claims = claims or {"sub": "alice"}
-    response = await client.post("/v1/catalog/search", json=body, headers=auth(**claims))
+async def search(client: Any, body: dict[str, Any], *, status: int = 200, caller: dict[str, str] | None = None) -> dict[str, Any]:
+    """The catalog search as ``caller`` (a plain ``alice`` by default); the answer, its status checked."""
+    response = await client.post("/v1/catalog/search", json=body, headers=caller or auth("alice"))
     payload = await response.json()
     assert response.status == status, payload
     return dict(payload)
 
 
 async def seed_builtins(client: Any) -> None:
-    await put(client, DOMAINS + CAPABILITIES + GUIDES, **ADMIN)
+    await put(client, DOMAINS + CAPABILITIES + GUIDES, caller=ADMIN)
 
 
-async def wait_embedded(client: Any, **claims: Any) -> None:
+async def wait_embedded(client: Any, caller: dict[str, str] = ADMIN) -> None:
     """Wait until every catalog record the caller sees has its embedding."""
 
     async def done() -> bool:
-        response = await client.get("/v1/index/status", headers=auth(**(claims or ADMIN)))
+        response = await client.get("/v1/index/status", headers=caller)
         counts = (await response.json())["surfaces"]["catalog"]
         return bool(counts["records"] and counts["pending"] == 0)
 
@@ -227,3 +233,15 @@ async def wait_embedded(client: Any, **claims: Any) -> None:
 
 def refs(answer: dict[str, Any]) -> list[str]:
     return [r["entity"] for r in answer["structuredContent"]["results"]]
+
+
+@asynccontextmanager
+async def reranking_app(settings: Settings) -> AsyncIterator[TestClient[Any, Any]]:
+    """``running_app`` whose rerank scorer's own HTTP session is closed too (the engine does not own it)."""
+    async with running_app(settings) as client:
+        try:
+            yield client
+        finally:
+            scorer = catalog_state(client.server.app[ENGINE]).scorer
+            if scorer is not None:
+                await scorer.aclose()  # type: ignore[attr-defined]

@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
-from service.app import create_app
 from service.catalog.state import catalog_state
 from service.settings import Settings
 from service.state import ENGINE
-from tests.catalog.fixtures import ADMIN, CAPABILITIES, DOMAINS, home_package, put, search
-from tests.conftest import auth, with_settings
+from tests.callers import ADMIN, auth
+from tests.catalog.fixtures import CAPABILITIES, DOMAINS, home_package, put, reranking_app, search
+from tests.helpers import running_app, with_settings
 
 # Twelve near-identical capabilities: BM25 ties them, so the pool is large and has no clear winner.
 REPORTS = [{"type": "capability", "id": f"report{chr(65 + i)}", "domain": "reports", "summary": f"Build the quarterly report variant {chr(65 + i)}."} for i in range(12)]
@@ -69,26 +68,12 @@ async def rerank_server() -> AsyncIterator[RerankServer]:
     await runner.cleanup()
 
 
-async def _app(settings: Settings) -> TestClient[Any, Any]:
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings)))
-    await client.start_server()
-    return client
-
-
-async def _close(client: TestClient[Any, Any]) -> None:
-    """Close the app and the rerank scorer's own HTTP session (the engine does not own it)."""
-    scorer = catalog_state(client.server.app[ENGINE]).scorer
-    if scorer is not None:
-        await scorer.aclose()  # type: ignore[attr-defined]
-    await client.close()
-
-
 def _rerank_settings(settings: Settings, server: RerankServer, **changes: Any) -> Settings:
     return with_settings(settings, embeddings_model=None, rerank_enabled=True, rerank_url=server.url, **changes)
 
 
 async def test_timing_tiles_and_server_timing_header(lexical_client: Any) -> None:
-    await put(lexical_client, REPORTS, **ADMIN)
+    await put(lexical_client, REPORTS, caller=ADMIN)
     response = await lexical_client.post("/v1/catalog/search", json={"query": "quarterly report"}, headers=auth())
     answer = await response.json()
     timing = answer["timing"]
@@ -107,36 +92,32 @@ async def test_timing_tiles_and_server_timing_header(lexical_client: Any) -> Non
 
 
 async def test_rerank_outcomes_by_plan_pool_and_scorer(settings: Settings, rerank_server: RerankServer) -> None:
-    client = await _app(_rerank_settings(settings, rerank_server, rerank_budget_s=0.5))
-    try:
-        await put(client, REPORTS + CAPABILITIES, **ADMIN)
-        free = (await search(client, {"query": "quarterly report"}, sub="f", plan="free"))["structuredContent"]
+    async with reranking_app(_rerank_settings(settings, rerank_server, rerank_budget_s=0.5)) as client:
+        await put(client, REPORTS + CAPABILITIES, caller=ADMIN)
+        free = (await search(client, {"query": "quarterly report"}, caller=auth("f", plan="free")))["structuredContent"]
         assert free["telemetry"]["jevRerank"]["outcome"] == "skipped-plan" and rerank_server.calls == 0
-        applied = (await search(client, {"query": "quarterly report"}, sub="p", plan="pro"))["structuredContent"]
+        applied = (await search(client, {"query": "quarterly report"}, caller=auth("p", plan="pro")))["structuredContent"]
         jev = applied["telemetry"]["jevRerank"]
         assert jev["outcome"] == "applied" and jev["keepPath"] == "score" and jev["aiCallCount"] >= 1
         assert jev["model"].startswith("rerank@") and set(jev["usage"]) == {"inputTokens", "outputTokens"}
         assert applied["results"][0]["entity"] == "capability:reportL" and applied["results"][0]["rerankScore"] == 0.9
-        small = (await search(client, {"query": "read one email body"}, sub="p", plan="pro"))["structuredContent"]
+        small = (await search(client, {"query": "read one email body"}, caller=auth("p", plan="pro")))["structuredContent"]
         assert small["telemetry"]["jevRerank"]["outcome"] == "skipped-small-pool"
         rerank_server.mode = "forbidden"
-        failed = (await search(client, {"query": "quarterly report"}, sub="p", plan="max"))["structuredContent"]
+        failed = (await search(client, {"query": "quarterly report"}, caller=auth("p", plan="max")))["structuredContent"]
         assert failed["telemetry"]["jevRerank"]["outcome"] == "fallback-error" and failed["telemetry"]["jevRerank"]["errorReason"] == "Gateway 403"
         assert len(failed["results"]) == 10  # hybrid order kept
         rerank_server.mode = "slow"
-        slow = (await search(client, {"query": "quarterly report"}, sub="p", plan="standard"))["structuredContent"]
+        slow = (await search(client, {"query": "quarterly report"}, caller=auth("p", plan="standard")))["structuredContent"]
         assert slow["telemetry"]["jevRerank"]["outcome"] == "fallback-timeout" and len(slow["results"]) == 10
-    finally:
-        await _close(client)
 
 
-async def test_deadline_returns_the_seed_error_and_aborts_the_rerank(settings: Settings, rerank_server: RerankServer) -> None:
+async def test_deadline_returns_the_did_not_finish_error_and_aborts_the_rerank(settings: Settings, rerank_server: RerankServer) -> None:
     rerank_server.mode = "slow"
-    client = await _app(_rerank_settings(settings, rerank_server, rerank_budget_s=30.0, request_deadline_s=1.5))
-    try:
-        await put(client, REPORTS, **ADMIN)
+    async with reranking_app(_rerank_settings(settings, rerank_server, rerank_budget_s=30.0, request_deadline_s=1.5)) as client:
+        await put(client, REPORTS, caller=ADMIN)
         started = time.perf_counter()
-        answer = await search(client, {"query": "quarterly report"}, sub="p", plan="pro")
+        answer = await search(client, {"query": "quarterly report"}, caller=auth("p", plan="pro"))
         assert time.perf_counter() - started < 3.0
         assert answer["isError"] is True
         assert answer["content"].startswith("Search did not finish within 1.5s")
@@ -145,13 +126,10 @@ async def test_deadline_returns_the_seed_error_and_aborts_the_rerank(settings: S
         assert "jevRerank" in names and "waitingItems" not in names  # stopped before its next phase
         await asyncio.sleep(0.3)
         assert rerank_server.calls >= 1 and rerank_server.aborted == rerank_server.calls
-    finally:
-        await _close(client)
 
 
 async def test_rate_limit_answers_429_with_a_rate_limit_object(settings: Settings) -> None:
-    client = await _app(with_settings(settings, embeddings_model=None))
-    try:
+    async with running_app(settings, embeddings_model=None) as client:
         for _ in range(80):
             response = await client.post("/v1/catalog/search", json={"query": ""}, headers=auth("busy"))
             assert response.status == 200
@@ -166,8 +144,6 @@ async def test_rate_limit_answers_429_with_a_rate_limit_object(settings: Setting
         assert "Rate limited (rate_limited)" in answer["content"]
         other = await client.post("/v1/catalog/search", json={"query": ""}, headers=auth("calm"))
         assert other.status == 200
-    finally:
-        await client.close()
 
 
 async def test_waiting_block_shows_three_then_more_and_skips_setup(lexical_client: Any) -> None:
@@ -201,7 +177,7 @@ async def test_slow_waiting_checks_are_dropped_after_one_and_a_half_seconds(lexi
 
 
 async def test_memories_surface_on_ranked_queries_and_survive_size_trimming(lexical_client: Any) -> None:
-    await put(lexical_client, REPORTS, **ADMIN)
+    await put(lexical_client, REPORTS, caller=ADMIN)
     await put(
         lexical_client,
         [
@@ -225,7 +201,7 @@ async def test_memories_surface_on_ranked_queries_and_survive_size_trimming(lexi
 
 
 async def test_domain_index_and_entity_answers_carry_timing_but_no_jev_fields(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES, caller=ADMIN)
     for body in ({"query": ""}, {"domain": "email"}, {"entity": "capability:emailSend"}, {"query": "emailSend"}):
         answer = await search(lexical_client, body)
         assert answer["timing"]["durationMs"] >= 0

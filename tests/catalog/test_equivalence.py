@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from tests.callers import ADMIN
 from tests.catalog.fixtures import (
-    ADMIN,
     CAPABILITIES,
     DOMAINS,
     GUIDES,
@@ -62,7 +62,7 @@ def _assert_equivalent(answer: dict[str, Any]) -> None:
 
 
 async def test_every_answer_kind_says_the_same_in_both_channels(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES + GUIDES, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES + GUIDES, caller=ADMIN)
     await put(
         lexical_client,
         [

@@ -6,8 +6,8 @@ from typing import Any
 
 from service.catalog.keys import COLLECTION, Kind, record_key
 from service.state import ENGINE
+from tests.callers import ADMIN, auth
 from tests.catalog.fixtures import (
-    ADMIN,
     CAPABILITIES,
     GUIDES,
     HIDDEN_PACKAGE,
@@ -18,7 +18,7 @@ from tests.catalog.fixtures import (
     put,
     search,
 )
-from tests.conftest import auth, wait_until
+from tests.helpers import wait_until
 
 
 def _engine(client: Any) -> Any:
@@ -31,7 +31,7 @@ async def _payload(client: Any, key: str) -> Any:
 
 async def test_every_entity_type_is_ingested_under_owner_scoped_keys(lexical_client: Any) -> None:
     client = lexical_client
-    await put(client, CAPABILITIES[:1] + GUIDES[:1], **ADMIN)
+    await put(client, CAPABILITIES[:1] + GUIDES[:1], caller=ADMIN)
     answer = await put(
         client,
         [
@@ -107,7 +107,7 @@ async def test_builtins_need_an_admin_token(lexical_client: Any) -> None:
 async def test_same_package_id_of_two_owners_never_touch_each_other(lexical_client: Any) -> None:
     client = lexical_client
     await put(client, [home_package()])
-    await put(client, [home_package(summary="Bob's own home package.", exports=[])], sub="bob")
+    await put(client, [home_package(summary="Bob's own home package.", exports=[])], caller=auth("bob"))
     alice = await _payload(client, record_key("user:alice", Kind.PACKAGE, "home-controls"))
     bob = await _payload(client, record_key("user:bob", Kind.PACKAGE, "home-controls"))
     assert alice["summary"].startswith("Control lights") and bob["summary"].startswith("Bob's")
@@ -161,13 +161,13 @@ async def test_reingest_reembeds_only_changed_tools_and_exports(client: Any) -> 
 
 async def test_org_owner_shares_with_org_members_only(lexical_client: Any) -> None:
     client = lexical_client
-    await put(client, [home_package(id="shared-tools", name="shared-tools")], owner="org", sub="alice", org="acme")
+    await put(client, [home_package(id="shared-tools", name="shared-tools")], owner="org", caller=auth("alice", org="acme"))
     assert await _payload(client, record_key("org:acme", Kind.PACKAGE, "shared-tools"))
-    member = await search(client, {"entity": "package:shared-tools"}, sub="carol", org="acme")
+    member = await search(client, {"entity": "package:shared-tools"}, caller=auth("carol", org="acme"))
     assert member["structuredContent"]["results"][0]["ok"] is True
-    outsider = await search(client, {"entity": "package:shared-tools"}, status=404, sub="mallory", org="evil")
+    outsider = await search(client, {"entity": "package:shared-tools"}, status=404, caller=auth("mallory", org="evil"))
     assert outsider["isError"] is True
-    forbidden = await put(client, [home_package()], status=403, owner="team:ops", sub="alice")
+    forbidden = await put(client, [home_package()], status=403, owner="team:ops", caller=auth("alice"))
     assert "not one of your tenants" in forbidden["error"]["message"]
 
 
@@ -187,7 +187,7 @@ async def test_a_repeated_entity_in_one_batch_is_refused_naming_both_positions(l
     assert "package:home-controls at entities[0] and entities[1] (and 1 more)" in thrice["error"]["message"]
     # The same id under different types, and one id per owner in separate requests, are fine.
     await put(client, [home_package(), {"type": "memory", "id": "home-controls", "text": "Alice's note."}])
-    await put(client, [home_package(id="shared-tools")], owner="org", sub="alice", org="acme")
+    await put(client, [home_package(id="shared-tools")], owner="org", caller=auth("alice", org="acme"))
 
 
 async def test_every_acknowledged_package_and_export_of_a_batch_is_retrievable_and_searchable(lexical_client: Any) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from service.catalog.search import MAX_QUERY
-from tests.catalog.fixtures import ADMIN, CAPABILITIES, DOMAINS, put, refs, search
-from tests.conftest import auth
+from tests.callers import ADMIN
+from tests.catalog.fixtures import CAPABILITIES, DOMAINS, put, refs, search
 
 # The task an agent pastes: the words that matter first, then pages of context.
 TASK = "send an email message to the recipients " + " ".join(f"context{i} of the ticket" for i in range(1000))
@@ -22,7 +22,7 @@ def curated(entities: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_a_long_query_is_searched_by_its_prefix_with_a_notice(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES, caller=ADMIN)
     assert len(TASK) > 10 * MAX_QUERY
     answer = await search(lexical_client, {"query": TASK})
     doc = answer["structuredContent"]
@@ -37,7 +37,7 @@ async def test_a_long_query_is_searched_by_its_prefix_with_a_notice(lexical_clie
 
 
 async def test_a_limit_over_the_maximum_is_clamped_with_a_notice(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, caller=ADMIN)
     answer = await search(lexical_client, {"query": "bulk operation", "limit": 500})
     doc = answer["structuredContent"]
     assert len(doc["results"]) == 50 and doc["notices"][0] == "limit is over its maximum of 50; answered with 50."
@@ -65,7 +65,7 @@ async def page_through(client: Any, body: dict[str, Any]) -> tuple[list[str], li
 
 
 async def test_a_domain_listing_pages_with_a_cursor_in_curated_order(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, caller=ADMIN)
     seen, pages = await page_through(lexical_client, {"domain": "bulk"})
     assert seen == curated(BULK)  # every entry once, in curated order
     assert [len(p["structuredContent"]["results"]) for p in pages] == [50, 50, 20]
@@ -81,26 +81,26 @@ async def test_a_domain_listing_pages_with_a_cursor_in_curated_order(lexical_cli
 
 
 async def test_pages_neither_repeat_nor_skip_when_the_domain_changes_between_calls(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, caller=ADMIN)
     first = (await search(lexical_client, {"domain": "bulk"}))["structuredContent"]
     shown = [r["entity"] for r in first["results"]]
     # A capability that sorts before the cursor arrives, and one already shown leaves.
-    await put(lexical_client, [{"type": "capability", "id": "aaa-new", "domain": "bulk", "summary": "New.", "order": 0}], **ADMIN)
-    response = await lexical_client.delete(f"/v1/catalog/entities/{shown[0]}", headers=auth(**ADMIN))
+    await put(lexical_client, [{"type": "capability", "id": "aaa-new", "domain": "bulk", "summary": "New.", "order": 0}], caller=ADMIN)
+    response = await lexical_client.delete(f"/v1/catalog/entities/{shown[0]}", headers=ADMIN)
     assert response.status == 200
     rest, _ = await page_through(lexical_client, {"domain": "bulk", "cursor": first["nextCursor"]})
     assert rest == curated(BULK)[50:]
 
 
 async def test_a_trimmed_listing_page_continues_after_its_last_shown_entry(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, caller=ADMIN)
     seen, pages = await page_through(lexical_client, {"domain": "bulk", "maxResponseSize": 2_000})
     assert seen == curated(BULK)
     assert all(len(p["content"]) <= 2_000 for p in pages) and len(pages[0]["structuredContent"]["results"]) < 50
 
 
 async def test_bad_cursors_are_400(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES + BULK, caller=ADMIN)
     cursor = (await search(lexical_client, {"domain": "bulk"}))["structuredContent"]["nextCursor"]
     cases = [
         ({"domain": "bulk", "cursor": "not a cursor"}, "cursor is not a listing cursor"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from service.catalog.markdown import DEFAULT_BUDGET_CHARS
+from tests.callers import ADMIN
 from tests.catalog.fixtures import (
     ABSORB_CAPABILITIES,
-    ADMIN,
     CAPABILITIES,
     GITHUB_PACKAGE,
     GUIDES,
@@ -26,7 +26,7 @@ async def _results(client: Any, entity: Any, status: int = 200, **extra: Any) ->
 
 
 async def test_a_guide_section_over_the_budget_is_refused_at_ingest(lexical_client: Any) -> None:
-    """Seed 000's ``no-oversized-guide-section``: every heading's own text fits the entity budget
+    """The ``no-oversized-guide-section`` lint: every heading's own text fits the entity budget
     left after its header, so opening any heading answers with text; nothing of the batch is written."""
     guide = {"type": "guide", "id": "limits", "title": "Limits", "summary": "How far it goes."}
     header = len("## `guide:limits#big` — Limits\nHow far it goes.\nPart: section #big (contents)\n")
@@ -34,12 +34,12 @@ async def test_a_guide_section_over_the_budget_is_refused_at_ingest(lexical_clie
     intro = "# Limits\n\nShort intro.\n\n"
     own = "## Big\n\n" + "x" * (room - len("## Big\n\n"))  # exactly the room left
 
-    await put(lexical_client, [{**guide, "markdown": intro + own + "\n\n### Small\n\nA subsection.\n"}], **ADMIN)
+    await put(lexical_client, [{**guide, "markdown": intro + own + "\n\n### Small\n\nA subsection.\n"}], caller=ADMIN)
     opened = (await _results(lexical_client, "guide:limits#big"))[0]
     assert opened["tableOfContents"] is False and opened["markdown"].startswith("## Big")
 
     over = {**guide, "id": "limits-over", "markdown": intro + own + "x" + "\n"}
-    refused = await put(lexical_client, [GUIDES[0], over], status=400, **ADMIN)
+    refused = await put(lexical_client, [GUIDES[0], over], status=400, caller=ADMIN)
     message = refused["error"]["message"]
     assert "no-oversized-guide-section" in message and "entities[1].markdown" in message and "section #big" in message
     assert f"{room + 1:,} characters" in message and "split it under subheadings" in message
@@ -49,7 +49,7 @@ async def test_a_guide_section_over_the_budget_is_refused_at_ingest(lexical_clie
 
 
 async def test_guides_whole_or_contents_and_heading_and_line_fragments(lexical_client: Any) -> None:
-    await put(lexical_client, GUIDES, **ADMIN)
+    await put(lexical_client, GUIDES, caller=ADMIN)
     small = (await _results(lexical_client, "guide:package_subscriptions"))[0]
     assert small["part"] == "whole" and small["markdown"] == GUIDES[0]["markdown"]
     big = (await _results(lexical_client, "guide:package_authoring"))[0]
@@ -69,7 +69,7 @@ async def test_guides_whole_or_contents_and_heading_and_line_fragments(lexical_c
 
 
 async def test_package_index_is_slim_and_fragments_open_exports_and_files(lexical_client: Any) -> None:
-    await put(lexical_client, ABSORB_CAPABILITIES, **ADMIN)  # the absorb step names these calls only when the catalog has them
+    await put(lexical_client, ABSORB_CAPABILITIES, caller=ADMIN)  # the absorb step names these calls only when the catalog has them
     await put(lexical_client, [home_package(fork={"upstream": "@kody/home-controls", "listingPin": "abc", "tipAncestors": ["def"]})])
     index = (await _results(lexical_client, "package:home-controls"))[0]
     assert index["exports"][0] == {
@@ -95,7 +95,7 @@ async def test_package_index_is_slim_and_fragments_open_exports_and_files(lexica
 
 
 async def test_arrays_resolve_each_ref_and_fail_only_when_all_fail(lexical_client: Any) -> None:
-    await put(lexical_client, GUIDES + CAPABILITIES, **ADMIN)
+    await put(lexical_client, GUIDES + CAPABILITIES, caller=ADMIN)
     results = await _results(lexical_client, ["guide:package_subscriptions", "guide:nope", "gadget:x", "capability:emailSend"])
     assert [r["ok"] for r in results] == [True, False, False, True]
     assert results[1]["error"]["code"] == "not_found" and results[2]["error"]["code"] == "invalid_entity"
@@ -111,7 +111,7 @@ async def test_arrays_resolve_each_ref_and_fail_only_when_all_fail(lexical_clien
 
 
 async def test_capability_and_mcp_tool_detail_carry_execute_snippets_and_types(lexical_client: Any) -> None:
-    await put(lexical_client, CAPABILITIES, **ADMIN)
+    await put(lexical_client, CAPABILITIES, caller=ADMIN)
     await put(lexical_client, [MCP_HOME])
     cap = (await _results(lexical_client, "capability:emailSend"))[0]
     assert cap["execute"] == "import { kody } from 'kody:runtime'\n\nexport default async function main(params) {\n\treturn await kody.emailSend(params)\n}"

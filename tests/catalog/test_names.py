@@ -10,17 +10,16 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from service.app import create_app
 from service.catalog import render
 from service.catalog.search import deadline_answer
 from service.health import load_contract
 from service.mcp.tools import tools
 from service.settings import Settings, SettingsError, load_settings
+from tests.callers import ADMIN, auth
 from tests.catalog.fixtures import (
     ABSORB_CAPABILITIES,
-    ADMIN,
     CAPABILITIES,
     DOMAINS,
     GUIDES,
@@ -31,7 +30,7 @@ from tests.catalog.fixtures import (
     put,
     search,
 )
-from tests.conftest import auth, with_settings
+from tests.helpers import running_app
 
 # Names answers used to give that this service does not have.
 MISSING = ("metaListCapabilities", "waitingSummary", "packageGet", "secretList", "codingGuideGet")
@@ -130,7 +129,7 @@ BODIES: list[dict[str, Any]] = [
 
 
 async def test_every_answer_names_only_tools_paths_and_capabilities_that_exist(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES + GUIDES, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES + GUIDES, caller=ADMIN)
     await put(lexical_client, ALICE_ENTITIES)
     known = _catalog_callables(DOMAINS + CAPABILITIES + GUIDES + ALICE_ENTITIES)
     kinds: set[str] = set()
@@ -168,7 +167,7 @@ async def test_absorb_and_fetch_calls_are_named_only_when_the_catalog_has_them(l
     assert "absorb the upstream commits" in without[0]["nextStep"] and "communityGet" not in without[0]["nextStep"]
     assert "createAuthenticatedFetch" not in without[1]["tokens"] and "never returned" in without[1]["tokens"]
     fetch = {"type": "capability", "id": "createAuthenticatedFetch", "domain": "integrations", "summary": "A fetch that signs requests with a saved integration's tokens."}
-    await put(lexical_client, [*ABSORB_CAPABILITIES, fetch], **ADMIN)
+    await put(lexical_client, [*ABSORB_CAPABILITIES, fetch], caller=ADMIN)
     named = (await search(lexical_client, {"entity": ["package:home-controls", "integration:github"]}))["structuredContent"]["results"]
     assert "kody.communityGet for @acme/home-controls, then kody.repoPublishSession" in named[0]["nextStep"]
     assert "kody.createAuthenticatedFetch('github')" in named[1]["tokens"]
@@ -186,14 +185,12 @@ async def test_package_detail_lists_its_package_scoped_secret_references(lexical
 
 @pytest.fixture
 async def acme_client(settings: Settings) -> AsyncIterator[TestClient[Any, Any]]:
-    test_client: TestClient[Any, Any] = TestClient(TestServer(create_app(with_settings(settings, embeddings_model=None, runtime_name="acme"))))
-    await test_client.start_server()
-    yield test_client
-    await test_client.close()
+    async with running_app(settings, embeddings_model=None, runtime_name="acme") as test_client:
+        yield test_client
 
 
 async def test_call_shapes_and_snippets_use_the_configured_runtime_name(acme_client: Any) -> None:
-    await put(acme_client, DOMAINS + CAPABILITIES + GUIDES, **ADMIN)
+    await put(acme_client, DOMAINS + CAPABILITIES + GUIDES, caller=ADMIN)
     await put(acme_client, [home_package(), MCP_HOME])
     known = _catalog_callables([*CAPABILITIES, MCP_HOME, home_package()])
     ranked = await search(acme_client, {"query": "send an email"})

@@ -1,4 +1,4 @@
-"""Entity refs: every example ref of seed 000 parses as the seed says; malformed refs fail clearly."""
+"""Entity refs: every documented example ref parses to its type, id and fragment; malformed refs fail clearly."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from service.catalog.refs import (
 )
 from service.errors import InvalidEntityRef
 
-# (ref, type, id, fragment): the seed's "Examples" list, one row per ref.
-SEED_EXAMPLES = [
+# (ref, type, id, fragment): the documented example refs, one row per ref.
+EXAMPLE_REFS = [
     ("guide:package_authoring", "guide", "package_authoring", None),
     ("guide:package_apps#asset-urls", "guide", "package_apps", "asset-urls"),
     ("guide:package_subscriptions#repo.pushed", "guide", "package_subscriptions", "repo.pushed"),
@@ -43,8 +43,8 @@ SEED_EXAMPLES = [
 ]
 
 
-@pytest.mark.parametrize(("text", "type_", "id_", "fragment"), SEED_EXAMPLES)
-def test_seed_examples_parse(text: str, type_: str, id_: str, fragment: str | None) -> None:
+@pytest.mark.parametrize(("text", "type_", "id_", "fragment"), EXAMPLE_REFS)
+def test_example_refs_parse(text: str, type_: str, id_: str, fragment: str | None) -> None:
     ref = parse_ref(text)
     assert (ref.type, ref.id, ref.fragment) == (type_, id_, fragment)
     assert ref.ref == f"{type_}:{id_}"
@@ -131,7 +131,7 @@ def test_entity_param_string() -> None:
     assert ref == EntityRef("mcp-server", "mcp:home", None)
 
 
-def test_entity_param_seed_arrays() -> None:
+def test_entity_param_arrays() -> None:
     parsed = parse_entity_param(["guide:package_authoring", "guide:package_lifecycle"])
     assert [ref for _, ref in parsed] == [
         EntityRef("guide", "package_authoring", None),

@@ -21,9 +21,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 
-from service.app import create_app
 from service.auth import Plan
 from service.catalog.rerank import (
     Candidate,
@@ -35,11 +34,10 @@ from service.catalog.rerank import (
     is_clear_winner,
     rerank,
 )
-from service.catalog.state import catalog_state
 from service.settings import Settings
-from service.state import ENGINE
-from tests.catalog.fixtures import ADMIN, put, search
-from tests.conftest import wait_until, with_settings
+from tests.callers import ADMIN, auth
+from tests.catalog.fixtures import put, reranking_app, search
+from tests.helpers import wait_until, with_settings
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -192,18 +190,11 @@ async def test_a_search_with_over_twenty_candidates_at_the_default_limit_goes_to
     """End to end: 30 near-identical capabilities and one that names the whole query. Hybrid order
     has a decisive top hit, which only exempts pools of 9-20: the whole pool of 31 is scored."""
     app_settings = with_settings(settings, embeddings_model=None, rerank_enabled=True, rerank_url=score_server.url("ok"))
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(app_settings)))
-    await client.start_server()
-    try:
+    async with reranking_app(app_settings) as client:
         reports = [{"type": "capability", "id": f"report{i:02d}", "domain": "reports", "summary": f"Build the quarterly report variant {i}."} for i in range(30)]
         winner = {"type": "capability", "id": "reportDigest", "domain": "reports", "summary": "Build the quarterly report summary digest."}
-        await put(client, [*reports, winner], **ADMIN)
-        answer = await search(client, {"query": "quarterly report summary digest"}, sub="p", plan="pro")
-    finally:
-        scorer = catalog_state(client.server.app[ENGINE]).scorer
-        if scorer is not None:
-            await scorer.aclose()  # type: ignore[attr-defined]
-        await client.close()
+        await put(client, [*reports, winner], caller=ADMIN)
+        answer = await search(client, {"query": "quarterly report summary digest"}, caller=auth("p", plan="pro"))
     doc = answer["structuredContent"]
     assert doc["telemetry"]["jevRerank"]["outcome"] == "applied" and doc["telemetry"]["jevRerank"]["aiCallCount"] == 2
     assert sum(len(r["texts"]) for r in score_server.requests) == 31  # the real pool, not the first 20

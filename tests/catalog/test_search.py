@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from tests.callers import ADMIN
 from tests.catalog.fixtures import (
-    ADMIN,
     CAPABILITIES,
     DOMAINS,
     HIDDEN_PACKAGE,
@@ -41,7 +41,7 @@ async def test_ranked_cards_carry_type_title_summary_ref_domain_and_call_shape(s
 async def test_call_shapes_inline_on_the_top_three_capabilities_only_and_collapse_long_types(lexical_client: Any) -> None:
     long_type = "{\n" + "\n".join(f"    field{i}: string;" for i in range(40)) + "\n}"
     caps = [{"type": "capability", "id": f"reportMake{i}", "domain": "reports", "summary": f"Make report number {i}.", "inputType": long_type} for i in range(4)]
-    await put(lexical_client, caps, **ADMIN)
+    await put(lexical_client, caps, caller=ADMIN)
     doc = (await search(lexical_client, {"query": "make a report"}))["structuredContent"]
     shapes = [r.get("callShape") for r in doc["results"]]
     assert len(shapes) == 4 and all(shapes[:3]) and shapes[3] is None
@@ -87,7 +87,7 @@ async def test_mcp_servers_rank_as_servers_their_tools_stay_out_and_wrapper_pack
 
 
 async def test_broad_queries_return_the_domain_index_and_task_queries_rank(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES, caller=ADMIN)
     await put(lexical_client, [MCP_HOME])
     for query in ("", "what can you do with email", "what can kody do", "jobs", "list capabilities", "mcp:home"):
         doc = (await search(lexical_client, {"query": query}))["structuredContent"]
@@ -111,7 +111,7 @@ async def test_broad_queries_return_the_domain_index_and_task_queries_rank(lexic
 
 
 async def test_domain_scope_ranks_or_lists_one_domain_and_unknown_domains_list_valid_ones(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES, caller=ADMIN)
     await put(lexical_client, [home_package(summary="Send email digests of shade changes.")])
     ranked = (await search(lexical_client, {"query": "send email", "domain": "email"}))["structuredContent"]
     assert ranked["kind"] == "ranked" and ranked["domain"] == "email"
@@ -130,7 +130,7 @@ async def test_domain_scope_ranks_or_lists_one_domain_and_unknown_domains_list_v
 async def test_exact_package_identity_by_leaf_uuid_and_urls(lexical_client: Any) -> None:
     package_uuid = str(uuid.uuid4())
     await put(lexical_client, [home_package(), home_package(id=package_uuid, name="@alice/weather-station", summary="Weather readings.")])
-    await put(lexical_client, CAPABILITIES, **ADMIN)
+    await put(lexical_client, CAPABILITIES, caller=ADMIN)
     queries = [
         ("home-controls", "package:home-controls"),
         ("@alice/home-controls", "package:home-controls"),

@@ -1,4 +1,4 @@
-"""Seed 000 requirements that the other catalog test files leave unproven, one test per requirement."""
+"""Catalog search requirements that the other catalog test files leave unproven, one test per requirement."""
 
 from __future__ import annotations
 
@@ -10,20 +10,16 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
-from service.app import create_app
 from service.auth import Caller, Plan
 from service.catalog import render
 from service.catalog.search import deadline_answer
-from service.catalog.state import catalog_state
 from service.engine.runtime import Engine
 from service.ratelimit import PLAN_LIMITS, Surface
 from service.settings import Settings
-from service.state import ENGINE
+from tests.callers import ADMIN, auth
 from tests.catalog.fixtures import (
     ABSORB_CAPABILITIES,
-    ADMIN,
     CAPABILITIES,
     DOMAINS,
     GUIDES,
@@ -33,13 +29,14 @@ from tests.catalog.fixtures import (
     home_package,
     put,
     refs,
+    reranking_app,
     search,
 )
-from tests.conftest import with_settings
+from tests.helpers import with_settings
 
 
 async def test_guides_and_user_secrets_rank_but_package_scoped_secrets_never_do(lexical_client: Any) -> None:
-    await put(lexical_client, GUIDES, **ADMIN)
+    await put(lexical_client, GUIDES, caller=ADMIN)
     await put(lexical_client, [home_package(), *SECRETS])
     guides = (await search(lexical_client, {"query": "subscribe packages to repository events"}))["structuredContent"]["results"]
     assert guides[0]["entity"] == "guide:package_subscriptions" and guides[0]["type"] == "guide"
@@ -72,14 +69,14 @@ async def test_mcp_tool_hits_in_a_server_scope_carry_the_mcp_domain(lexical_clie
 
 async def test_domain_listing_inlines_call_shapes_on_the_top_three_only(lexical_client: Any) -> None:
     caps = [{"type": "capability", "id": f"reportMake{i}", "domain": "reports", "summary": f"Make report {i}.", "inputType": "{ id: string }", "order": i} for i in range(5)]
-    await put(lexical_client, caps, **ADMIN)
+    await put(lexical_client, caps, caller=ADMIN)
     listing = (await search(lexical_client, {"domain": "reports"}))["structuredContent"]
     assert [r["entity"] for r in listing["results"]] == [f"capability:reportMake{i}" for i in range(5)]
     assert [bool(r.get("callShape")) for r in listing["results"]] == [True, True, True, False, False]
 
 
 async def test_unknown_domain_with_a_query_also_lists_the_valid_domains(lexical_client: Any) -> None:
-    await put(lexical_client, DOMAINS + CAPABILITIES, **ADMIN)
+    await put(lexical_client, DOMAINS + CAPABILITIES, caller=ADMIN)
     await put(lexical_client, [MCP_HOME])
     answer = await search(lexical_client, {"query": "send an email", "domain": "mail"}, status=400)
     assert answer["error"]["code"] == "unknown_domain"
@@ -106,7 +103,7 @@ async def test_ranked_package_hits_carry_the_absorb_notice_only_when_the_fork_is
         "summary": "Weather station readings.",
         "fork": {"upstream": "@kody/weather-station", "listingPin": "abc", "tipAncestors": ["abc", "def"]},
     }
-    await put(lexical_client, ABSORB_CAPABILITIES, **ADMIN)  # the absorb step names these calls only when the catalog has them
+    await put(lexical_client, ABSORB_CAPABILITIES, caller=ADMIN)  # the absorb step names these calls only when the catalog has them
     await put(lexical_client, [outdated, current])
     home = (await search(lexical_client, {"query": "lights and shades"}))["structuredContent"]["results"][0]
     assert home["entity"] == "package:home-controls" and home["listingAhead"] is True
@@ -146,7 +143,7 @@ async def test_export_detail_lists_functions_only_for_multi_callable_modules(lex
 
 async def test_a_batch_resolves_own_refs_and_gives_another_owners_a_per_entity_error(lexical_client: Any) -> None:
     await put(lexical_client, [home_package()])
-    await put(lexical_client, [{"type": "mcp-server", "id": "garage", "description": "Garage door opener."}], sub="bob")
+    await put(lexical_client, [{"type": "mcp-server", "id": "garage", "description": "Garage door opener."}], caller=auth("bob"))
     answer = await search(lexical_client, {"entity": ["package:home-controls", "mcp-server:garage"]})
     own, foreign = answer["structuredContent"]["results"]
     assert answer["isError"] is False and own["ok"] is True
@@ -155,13 +152,13 @@ async def test_a_batch_resolves_own_refs_and_gives_another_owners_a_per_entity_e
     assert "## mcp-server:garage\nError (not_found)" in answer["content"]
 
 
-def test_the_default_deadline_answer_reads_as_the_seed_says() -> None:
+def test_the_default_deadline_answer_says_search_did_not_finish_within_20s() -> None:
     assert Settings.__dataclass_fields__["request_deadline_s"].default == 20.0
     answer = deadline_answer(20.0)
     assert answer.is_error and render.content_of(answer.doc).startswith("Search did not finish within 20s")
 
 
-async def test_every_plan_has_the_seed_minute_and_day_ceilings(engine: Engine) -> None:
+async def test_every_plan_has_its_published_minute_and_day_ceilings(engine: Engine) -> None:
     assert {plan.value: limits for plan, limits in PLAN_LIMITS.items()} == {
         "free": (80, 1_000),
         "standard": (160, 5_000),
@@ -224,31 +221,24 @@ LINK_PACKAGES = [
 
 async def test_rerank_keeps_identity_matches_and_empties_the_list_when_nothing_passes(settings: Settings, zero_scorer: ZeroScorer) -> None:
     app_settings = with_settings(settings, embeddings_model=None, rerank_enabled=True, rerank_url=zero_scorer.url)
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(app_settings)))
-    await client.start_server()
-    try:
+    async with reranking_app(app_settings) as client:
         await put(client, LINK_PACKAGES)
-        assert refs(await search(client, {"query": "dropbox"}, plan="pro")) == ["package:dropbox"]
-        kept = await search(client, {"query": "dropbox shared link"}, plan="pro")
+        assert refs(await search(client, {"query": "dropbox"}, caller=auth("alice", plan="pro"))) == ["package:dropbox"]
+        kept = await search(client, {"query": "dropbox shared link"}, caller=auth("alice", plan="pro"))
         jev = kept["structuredContent"]["telemetry"]["jevRerank"]
         assert jev["outcome"] == "applied" and jev["keepPath"] == "kept-identity" and jev["aiCallCount"] >= 1
         assert refs(kept) == ["package:dropbox"]  # the packages that only mention the words stay dropped
         assert "jevRerank" in [tile["name"] for tile in kept["timing"]["serverTiming"]]
-        empty = await search(client, {"query": "shared link for a folder"}, plan="pro")
+        empty = await search(client, {"query": "shared link for a folder"}, caller=auth("alice", plan="pro"))
         doc = empty["structuredContent"]
         assert doc["telemetry"]["jevRerank"]["outcome"] == "fallback-empty-after-drop"
         assert doc["telemetry"]["jevRerank"]["keepPath"] == "empty" and doc["results"] == []
         assert "No matches." in empty["content"] and empty["isError"] is False
         calls = zero_scorer.calls
-        free = await search(client, {"query": "shared link for a folder"}, plan="free")
+        free = await search(client, {"query": "shared link for a folder"}, caller=auth("alice", plan="free"))
         assert free["structuredContent"]["telemetry"]["jevRerank"] == {"outcome": "skipped-plan", "keepPath": "hybrid"}
         assert len(free["structuredContent"]["results"]) == 10 and zero_scorer.calls == calls
         assert "jevRerank" not in [tile["name"] for tile in free["timing"]["serverTiming"]]
-    finally:
-        scorer = catalog_state(client.server.app[ENGINE]).scorer
-        if scorer is not None:
-            await scorer.aclose()  # type: ignore[attr-defined]
-        await client.close()
 
 
 async def test_inlined_contracts_carry_types_and_whole_signatures_in_markdown_too(lexical_client: Any) -> None:
@@ -274,7 +264,7 @@ async def test_hidden_package_exports_stay_out_of_ranked_results(lexical_client:
 
 
 async def test_capability_detail_says_to_pass_empty_params_when_nothing_is_required(lexical_client: Any) -> None:
-    await put(lexical_client, CAPABILITIES, **ADMIN)
+    await put(lexical_client, CAPABILITIES, caller=ADMIN)
     await put(lexical_client, [MCP_HOME])
     refs_ = ["capability:emailSend", "capability:emailList", "capability:jobList", "capability:mcp:home:set_pin", "capability:mcp:home:get_temperature"]
     answer = await search(lexical_client, {"entity": refs_})

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.catalog.fixtures import ADMIN, CAPABILITIES, INTEGRATIONS, MCP_HOME, home_package, put, search
+from tests.callers import ADMIN, ALICE, BOB, auth
+from tests.catalog.fixtures import CAPABILITIES, INTEGRATIONS, MCP_HOME, home_package, put, search
 from tests.catalog.test_names import _catalog_callables, assert_names_exist
-from tests.conftest import auth
-
-ALICE = {"sub": "alice", "org": "acme"}
-BOB = {"sub": "bob", "org": "globex"}
 
 
 def _server(server_id: str, status: str | None, message: str = "") -> dict[str, Any]:
@@ -38,16 +35,16 @@ BOB_STATE = [
 ]
 
 
-async def _waiting(client: Any, claims: dict[str, Any]) -> dict[str, Any]:
-    response = await client.get("/v1/catalog/waiting", headers=auth(**claims))
+async def _waiting(client: Any, caller: dict[str, str]) -> dict[str, Any]:
+    response = await client.get("/v1/catalog/waiting", headers=caller)
     assert response.status == 200
     return dict(await response.json())
 
 
 async def test_expired_secrets_reconnects_and_disconnected_servers_become_waiting_items(lexical_client: Any) -> None:
-    await put(lexical_client, CAPABILITIES, **ADMIN)
-    await put(lexical_client, ALICE_STATE, **ALICE)
-    await put(lexical_client, BOB_STATE, **BOB)
+    await put(lexical_client, CAPABILITIES, caller=ADMIN)
+    await put(lexical_client, ALICE_STATE, caller=ALICE)
+    await put(lexical_client, BOB_STATE, caller=BOB)
     listed = await _waiting(lexical_client, ALICE)
     items = listed["structuredContent"]["items"]
     by_id = {item["id"]: item for item in items}
@@ -60,7 +57,7 @@ async def test_expired_secrets_reconnects_and_disconnected_servers_become_waitin
     assert by_id["mcp-reconnect:garage"]["status"] == "degraded"
     known = _catalog_callables(CAPABILITIES + ALICE_STATE)
     assert_names_exist(listed, known)
-    ranked = await search(lexical_client, {"query": "send an email"}, **ALICE)
+    ranked = await search(lexical_client, {"query": "send an email"}, caller=ALICE)
     block = ranked["structuredContent"]["waiting"]
     assert block["total"] == 5 and block["more"] == 2 and [i["id"] for i in block["items"]] == [i["id"] for i in items[:3]]
     assert "## Waiting\n- **MCP server home disconnected** (block) — Ask the user to reconnect the MCP server home" in ranked["content"]
@@ -71,16 +68,12 @@ async def test_expired_secrets_reconnects_and_disconnected_servers_become_waitin
 
 
 async def test_org_state_reaches_org_members_only_and_an_ingested_item_stands_in_for_a_derived_one(lexical_client: Any) -> None:
-    await put(lexical_client, [{"type": "secret", "id": "orgToken", "expiresAt": "2022-02-02"}], owner="org", **ALICE)
-    await put(lexical_client, INTEGRATIONS, **ALICE)
-    await put(
-        lexical_client,
-        [{"type": "waiting", "id": "spotify-grant", "title": "Spotify needs a new grant", "status": "block", "category": "oauth-reconnect", "integration": "spotify", "nextStep": "Reconnect Spotify in settings."}],
-        **ALICE,
-    )
+    await put(lexical_client, [{"type": "secret", "id": "orgToken", "expiresAt": "2022-02-02"}], owner="org", caller=ALICE)
+    await put(lexical_client, INTEGRATIONS, caller=ALICE)
+    await put(lexical_client, [{"type": "waiting", "id": "spotify-grant", "title": "Spotify needs a new grant", "status": "block", "category": "oauth-reconnect", "integration": "spotify", "nextStep": "Reconnect Spotify in settings."}], caller=ALICE)
     alice = {i["id"]: i for i in (await _waiting(lexical_client, ALICE))["structuredContent"]["items"]}
     assert set(alice) == {"secret-expired:orgToken", "spotify-grant"}  # the ingested item replaces the derived reconnect
-    colleague = await _waiting(lexical_client, {"sub": "carol", "org": "acme"})
+    colleague = await _waiting(lexical_client, auth("carol", org="acme"))
     assert [i["id"] for i in colleague["structuredContent"]["items"]] == ["secret-expired:orgToken"]
     outsider = await _waiting(lexical_client, BOB)
     assert outsider["structuredContent"]["items"] == [] and outsider["structuredContent"]["nextStep"] == "Nothing is waiting on the user."
@@ -97,4 +90,4 @@ async def test_state_fields_are_validated_and_the_server_detail_says_it_is_disco
     assert server["connection"]["status"] == "disconnected" and "Connection: disconnected" in detail["content"]
     assert detail["structuredContent"]["nextStep"] == server["nextStep"] and "reconnect the MCP server home" in server["nextStep"]
     await put(lexical_client, [_server("home", "connected")])
-    assert (await _waiting(lexical_client, {"sub": "alice"}))["structuredContent"]["items"] == []
+    assert (await _waiting(lexical_client, auth("alice")))["structuredContent"]["items"] == []

@@ -15,9 +15,9 @@ import pytest_asyncio
 import redis.asyncio as aioredis
 
 from service.settings import Settings
-from tests.code.helpers import running
+from tests.callers import TEST_SECRET
 from tests.code.trees import write_tree
-from tests.conftest import REDIS_URL, TEST_SECRET
+from tests.helpers import REDIS_URL, running_app
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -60,7 +60,7 @@ def variant(settings: Settings, name: str, **changes: Any) -> Settings:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def shared_client(module_settings: Settings) -> AsyncIterator[Any]:
-    async with running(module_settings) as client:
+    async with running_app(module_settings) as client:
         yield client
 
 

@@ -1,31 +1,14 @@
-"""HTTP helpers for the workspace tests: a client on given settings, register, status, search."""
+"""HTTP helpers for the workspace tests: register, status, search, and waiting for the index."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from service.app import create_app
-from service.settings import Settings
-from tests.conftest import auth, wait_until
-
-ALICE = auth("alice", org="acme")
-BOB = auth("bob", org="acme")
-
-
-@asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[TestClient[Any, Any]]:
-    """The app with its own engine and in-process worker, as `make run` starts it."""
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings)))
-    await client.start_server()
-    try:
-        yield client
-    finally:
-        await client.close()
+from tests.callers import ALICE
+from tests.helpers import wait_until
 
 
 async def register(client: TestClient[Any, Any], root: Path, headers: dict[str, str] = ALICE, **search: Any) -> dict[str, Any]:

@@ -17,9 +17,10 @@ from service.code.parsing import MAX_LIMIT
 from service.settings import ProviderSettings, Settings
 from service.state import ENGINE
 from tests.code.conftest import variant
-from tests.code.helpers import register, running, search, wait_embedded, wait_indexed, wait_model_ready
+from tests.code.helpers import register, search, wait_embedded, wait_indexed, wait_model_ready
 from tests.code.trees import write_tree
 from tests.embedding_server import CALLS, embeddings_app
+from tests.helpers import running_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -161,7 +162,7 @@ async def test_background_embedding_uses_the_workspace_dimensions(module_setting
     try:
         provider = ProviderSettings(id="acme", base_url=str(server.make_url("/v1")), api_key="sk-test")
         tree = write_tree(module_settings.allowed_roots[0] / f"dims-{uuid.uuid4().hex[:8]}")
-        async with running(variant(module_settings, "dims", providers=(provider,))) as client:
+        async with running_app(variant(module_settings, "dims", providers=(provider,))) as client:
             workspace = await register(client, tree, embeddings_model="acme/code-embed", embeddings_dimensions=64, prewarm_embeddings=True)
             wid = workspace["id"]
             warmed = await wait_embedded(client, wid)

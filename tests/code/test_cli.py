@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.code.trees import write_tree
-from tests.conftest import REDIS_URL
+from tests.helpers import REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSI = "\x1b["

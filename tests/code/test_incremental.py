@@ -12,8 +12,9 @@ from aiohttp.test_utils import TestClient
 
 from service.settings import Settings
 from tests.code.conftest import variant
-from tests.code.helpers import register, running, search, status, wait_embedded, wait_indexed
+from tests.code.helpers import register, search, status, wait_embedded, wait_indexed
 from tests.code.trees import edit, touch
+from tests.helpers import running_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -96,7 +97,7 @@ async def test_deleted_and_renamed_files_leave_the_index(client: TestClient[Any,
 
 
 async def test_revalidation_happens_at_most_every_interval(module_settings: Settings, tree: Path) -> None:
-    async with running(variant(module_settings, "interval", revalidate_interval_s=30.0)) as client:
+    async with running_app(variant(module_settings, "interval", revalidate_interval_s=30.0)) as client:
         workspace = await register(client, tree)
         wid = workspace["id"]
         await wait_indexed(client, wid)

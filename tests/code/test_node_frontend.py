@@ -8,12 +8,9 @@ from __future__ import annotations
 import socket
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
-from service.app import create_app
 from service.code.runtime import workspaces_of
 from service.code.semantic import INDEX_JOB, WARM_JOB, schedule_indexing
 from service.code.workspace import SearchConfig, workspace_id
@@ -22,8 +19,9 @@ from service.routing import node_for_workspace
 from service.settings import Settings, load_settings
 from service.state import ENGINE, WORKER_STATE
 from tests.admin.helpers import get_json, post_json
+from tests.callers import auth
 from tests.code.trees import write_tree
-from tests.conftest import auth, wait_until
+from tests.helpers import running_app, wait_until
 from tests.queues import queued_functions
 
 NODES = ("node-a", "node-b")
@@ -48,9 +46,7 @@ def front_end(settings: Settings, node: str | None) -> Settings:
 async def test_the_front_end_runs_its_node_queue_and_leaves_the_other_nodes_jobs(settings: Settings) -> None:
     base = settings.allowed_roots[0]
     own, other = tree_held_by(base, "node-a"), tree_held_by(base, "node-b")
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(front_end(settings, "node-a"))))
-    await client.start_server()
-    try:
+    async with running_app(front_end(settings, "node-a")) as client:
         engine = client.app[ENGINE]
         names = engine.queue.names
         assert [worker.queue_name for worker in client.app[WORKER_STATE]["workers"]] == [names.node("node-a")]
@@ -69,8 +65,6 @@ async def test_the_front_end_runs_its_node_queue_and_leaves_the_other_nodes_jobs
         assert await queued_functions(engine, names.node("node-b")) == [INDEX_JOB]
         assert (await workspaces.counts(elsewhere))["chunks"] == 0
         assert await queued_functions(engine, names.fast) == ["sweep"]  # the shared queues are not this process's
-    finally:
-        await client.close()
 
 
 async def test_an_ordinary_front_end_runs_no_node_worker_and_queues_workspace_jobs_on_their_nodes(settings: Settings) -> None:
@@ -80,9 +74,7 @@ async def test_an_ordinary_front_end_runs_no_node_worker_and_queues_workspace_jo
     assert socket.gethostname() not in NODES  # the node name falls back to the host name
     base = settings.allowed_roots[0]
     trees = {node: tree_held_by(base, node) for node in NODES}
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(front_end(settings, None))))
-    await client.start_server()
-    try:
+    async with running_app(front_end(settings, None)) as client:
         assert WORKER_STATE not in client.app
         engine = client.app[ENGINE]
         names = engine.queue.names
@@ -107,8 +99,6 @@ async def test_an_ordinary_front_end_runs_no_node_worker_and_queues_workspace_jo
         assert await queued_functions(engine, names.node("node-a")) == [INDEX_JOB]
         assert await queued_functions(engine, names.fast) == []
         assert await queued_functions(engine, names.embed) == []
-    finally:
-        await client.close()
 
 
 def test_the_node_worker_runs_in_the_front_end_only_on_a_listed_node_without_the_full_workers() -> None:

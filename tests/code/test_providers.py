@@ -11,8 +11,9 @@ from aiohttp.test_utils import TestServer
 
 from service.settings import ProviderSettings, Settings
 from tests.code.conftest import variant
-from tests.code.helpers import register, running, search, status, wait_embedded
+from tests.code.helpers import register, search, status, wait_embedded
 from tests.embedding_server import CALLS, DIMENSIONS, FAILING, embeddings_app
+from tests.helpers import running_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -21,7 +22,7 @@ async def test_openai_compatible_model_and_its_failures(module_settings: Setting
     await server.start_server()
     try:
         provider = ProviderSettings(id="acme", base_url=str(server.make_url("/v1")), api_key="sk-test")
-        async with running(variant(module_settings, "provider", providers=(provider,), embeddings_timeout_s=2.0)) as client:
+        async with running_app(variant(module_settings, "provider", providers=(provider,), embeddings_timeout_s=2.0)) as client:
             workspace = await register(client, tree, embeddings_model="acme/code-embed", embeddings_dimensions=DIMENSIONS)
             wid = workspace["id"]
             found = await search(client, wid, query="refund payment money back customer", path="src/pkg")

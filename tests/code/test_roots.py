@@ -21,11 +21,10 @@ from service.code.runtime import workspaces_of
 from service.code.workspace import REGISTRY_DIR, SearchConfig, Workspace, workspace_id
 from service.settings import Settings
 from service.state import ENGINE
-from tests.code.helpers import running
-from tests.conftest import auth, wait_until, with_settings
+from tests.callers import ADMIN, auth
+from tests.helpers import running_app, wait_until, with_settings
 
 Client = TestClient[Any, Any]
-ADMIN = auth("ops", admin=True)
 
 
 async def _post(client: Client, path: str, body: Any, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
@@ -78,7 +77,7 @@ async def test_the_data_directory_and_its_secret_are_never_searchable_from_any_r
     os.symlink(data, repo / "peek")
     os.symlink(data / "jwt-secret", repo / "key.txt")
     app_settings = with_settings(settings, data_dir=data, jwt_secret=None, allowed_roots=(base,), embeddings_model=None, revalidate_interval_s=0.0)
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
         secret = (data / "jwt-secret").read_text().strip()
         user = {"Authorization": f"Bearer {mint_token(secret, sub='mallory')}"}
         for root in (data, base, data / "index", other_data):
@@ -125,7 +124,7 @@ async def test_multi_tenant_roots_lie_under_their_owners_bases_and_a_second_tena
     bob = auth("bob", org="bobco", teams=("eng",))
     sneaky = auth("../alice", org="acme")
     first_admin, second_admin = auth("root1", admin=True), auth("root2", admin=True)
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
 
         async def expect(root: Path, headers: dict[str, str], status: int, code: str | None = None) -> dict[str, Any]:
             got, body = await _register(client, root, headers)
@@ -166,7 +165,7 @@ async def test_index_dirs_stay_in_the_service_directories_and_registrations_have
     caches = tmp_path / "caches"
     app_settings = with_settings(settings, embeddings_model=None, index_dir=caches, max_workspaces_per_user=2, workspace_registrations_per_minute=3)
     user = auth("quinn")
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
         status, body = await _register(client, repos[0], auth("ivy"), index_dir=str(repos[1]))  # someone's checkout
         assert status == 400 and str(settings.data_dir) in body["error"]["message"] and str(caches) in body["error"]["message"], body
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -211,7 +210,7 @@ async def test_a_workspace_whose_root_is_gone_answers_409_shows_missing_and_can_
     os.symlink(loop, loop)
     app_settings = with_settings(settings, embeddings_model=None)  # revalidation every 10 s: a stale index would still answer
     user = auth("gina")
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
         status, registered = await _register(client, root, user)
         assert status == 201
         workspace = registered["id"]
@@ -261,7 +260,7 @@ async def test_a_broken_workspace_says_so_and_can_always_be_deleted(settings: Se
     app_settings = with_settings(settings, embeddings_model=None, index_dir=caches)
     user = auth("hal")
     root = _repo(base / "breaking")
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
         status, registered = await _register(client, root, user)
         assert status == 201
         await _ready(client, registered["id"], user)
@@ -275,7 +274,7 @@ async def test_a_broken_workspace_says_so_and_can_always_be_deleted(settings: Se
     entry = settings.data_dir / REGISTRY_DIR / legacy.id / "workspace.json"
     entry.parent.mkdir(parents=True)
     entry.write_text(json.dumps(legacy.as_dict()))
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
         for workspace in (registered["id"], legacy.id):
             state = await (await client.get(f"/v1/workspaces/{workspace}", headers=user)).json()
             assert state["state"] == "broken" and "DELETE" in state["problem"], state

@@ -1,4 +1,4 @@
-"""Search scope: path resolution inside the workspace and the simple glob contract of seed 002."""
+"""Search scope: path resolution inside the workspace and the simple glob contract (``*``, ``?`` and classes within one path segment; no ``**``, no braces)."""
 
 from __future__ import annotations
 

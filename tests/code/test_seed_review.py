@@ -1,4 +1,4 @@
-"""Seed 002 facts no other test pinned: its numbers (800 chunks, 10 s, 40-line windows), the scope
+"""Code search facts no other test pinned: its numbers (800 chunks, 10 s, 40-line windows), the scope
 limit's boundary ("at most 800"), the model default dimensions when ``embeddings_dimensions`` is
 omitted, ``index_dir`` as the cache location, and the service-wide ``skip_dirs`` and
 ``prewarm_embeddings`` as every workspace's defaults."""
@@ -15,12 +15,13 @@ from service.code.semantic import SCOPE_TOO_LARGE
 from service.errors import SettingsError
 from service.settings import ProviderSettings, Settings, load_settings
 from tests.code.conftest import variant
-from tests.code.helpers import register, running, search, status, wait_embedded, wait_indexed
+from tests.code.helpers import register, search, status, wait_embedded, wait_indexed
 from tests.code.trees import AUTH_PY, write_tree
 from tests.embedding_server import CALLS
+from tests.helpers import running_app
 
 
-def test_seed_numbers_are_the_defaults(settings: Settings) -> None:
+def test_documented_numbers_are_the_defaults(settings: Settings) -> None:
     assert settings.semantic_scope_limit == 800
     assert settings.revalidate_interval_s == 10.0
     assert SCOPE_TOO_LARGE == "semantic search scope is too large; narrow path or glob"
@@ -41,7 +42,7 @@ async def test_the_scope_limit_is_at_most_that_many_chunks(settings: Settings, e
     limit = len(chunk_file("src/pkg/auth.py", AUTH_PY))  # src/pkg holds more: auth.py and billing.py
     provider = ProviderSettings(id="acme", base_url=str(embedding_endpoint.make_url("/v1")))
     app_settings = variant(settings, "limit", embeddings_model=None, providers=(provider,), semantic_scope_limit=limit, revalidate_interval_s=0.0)
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
         workspace = await register(client, tree, embeddings_model="acme/code-embed")
         wid = workspace["id"]
         await wait_indexed(client, wid)
@@ -65,7 +66,7 @@ async def test_index_dir_holds_the_cache(settings: Settings) -> None:
     service_dir = base / "service-cache"
     app_settings = variant(settings, "index-dir", embeddings_model=None, revalidate_interval_s=0.0, index_dir=service_dir)
     own_dir = app_settings.data_dir / "search-cache"  # a workspace's own index_dir lies under the data directory or index_dir
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
         own = await register(client, write_tree(base / "own"), index_dir=str(own_dir))
         default = await register(client, write_tree(base / "default"))
         assert own["search"]["index_dir"] == str(own_dir) and default["search"]["index_dir"] is None
@@ -82,7 +83,7 @@ async def test_index_dir_holds_the_cache(settings: Settings) -> None:
         assert not (service_dir / own["id"]).exists(), "a workspace's own index_dir wins over the service's"
 
 
-def test_the_seed_complete_example_sets_the_service_index_dir(tmp_path: Path) -> None:
+def test_the_complete_config_example_sets_the_service_index_dir(tmp_path: Path) -> None:
     config = tmp_path / "agentsearch.yaml"
     config.write_text(
         "version: 1\n"
@@ -109,7 +110,7 @@ async def test_service_skip_dirs_and_prewarm_apply_to_every_workspace(settings: 
     app_settings = variant(
         settings, "defaults", embeddings_model="acme/code-embed", providers=(provider,), skip_dirs=("docs",), prewarm_embeddings=True, revalidate_interval_s=0.0
     )
-    async with running(app_settings) as client:
+    async with running_app(app_settings) as client:
         plain = await register(client, write_tree(base / "plain"))
         assert plain["search"]["prewarm_embeddings"] is True and plain["search"]["skip_dirs"] == []
         warmed = await wait_embedded(client, plain["id"])

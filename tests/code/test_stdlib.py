@@ -17,14 +17,16 @@ from service.code.runtime import close_workspaces, workspaces_of
 from service.code.search import search_workspace
 from service.code.walker import walk
 from service.code.workspace import SearchConfig, Workspace
-from service.engine.runtime import Engine, open_engine
+from service.engine.runtime import Engine
+from service.engine.startup import open_engine
 from service.settings import Settings
+from service.surfaces import surfaces
 from tests.code.trees import copy_stdlib_packages
 
 
 @pytest.fixture
 async def lexical_engine(settings: Settings) -> AsyncIterator[Engine]:
-    engine = await open_engine(replace(settings, embeddings_model=None, revalidate_interval_s=0.0))
+    engine = await open_engine(replace(settings, embeddings_model=None, revalidate_interval_s=0.0), surfaces())
     yield engine
     close_workspaces(engine)
     await engine.close()

@@ -13,18 +13,10 @@ from hypothesis import strategies as st
 
 from service.code.chunker import chunk_file
 from service.code.lexical import run_matcher
+from service.code.pattern import regex_compile
+from service.code.prefilter import AllOf, AnyOf, Requirement, line_requirement, required_literals
 from service.code.rematch import line_matches
-from service.code.trigram import (
-    AllOf,
-    AnyOf,
-    IndexLocked,
-    Requirement,
-    TrigramIndex,
-    line_requirement,
-    regex_compile,
-    required_literals,
-    trigrams,
-)
+from service.code.trigram import IndexLocked, TrigramIndex, trigrams
 
 DOCS = {
     "a#1": ("src/a.py", "def getUserById(user_id):\n    return db.fetch(user_id)\n"),

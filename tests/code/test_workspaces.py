@@ -11,9 +11,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from service.settings import Settings
+from tests.callers import ALICE, auth
 from tests.code.conftest import variant
-from tests.code.helpers import ALICE, register, running, search, status, wait_embedded, wait_indexed, wait_model_ready
-from tests.conftest import auth
+from tests.code.helpers import register, search, status, wait_embedded, wait_indexed, wait_model_ready
+from tests.helpers import running_app
 
 SCOPE_NOTICE = "semantic search scope is too large; narrow path or glob"
 
@@ -232,7 +233,7 @@ async def test_hybrid_embeds_a_small_cold_scope_at_query_time(client: TestClient
 
 
 async def test_broad_cold_fallback_is_lexical_with_the_notice_then_warms(module_settings: Settings, tree: Path) -> None:
-    async with running(variant(module_settings, "limit5", semantic_scope_limit=5)) as client:
+    async with running_app(variant(module_settings, "limit5", semantic_scope_limit=5)) as client:
         workspace = await register(client, tree)
         wid = workspace["id"]
         await wait_indexed(client, wid)
@@ -254,7 +255,7 @@ async def test_broad_cold_fallback_is_lexical_with_the_notice_then_warms(module_
 
 
 async def test_without_embeddings_hybrid_falls_back_to_lexical_with_a_notice(module_settings: Settings, tree: Path) -> None:
-    async with running(variant(module_settings, "nomodel", embeddings_model=None)) as client:
+    async with running_app(variant(module_settings, "nomodel", embeddings_model=None)) as client:
         workspace = await register(client, tree)
         found = await search(client, workspace["id"], query="hash_password")
         assert found["meta"]["mode"] == "lexical" and found["meta"]["fallback"] == "embeddings_not_configured"
@@ -272,12 +273,12 @@ async def test_prewarm_embeds_the_workspace_when_registered(client: TestClient[A
 
 async def test_workspaces_and_their_index_survive_a_restart(module_settings: Settings, tree: Path) -> None:
     restarted = variant(module_settings, "restart")
-    async with running(restarted) as first:
+    async with running_app(restarted) as first:
         workspace = await register(first, tree)
         await wait_indexed(first, workspace["id"])
         await search(first, workspace["id"], query="money back", path="src/pkg")
         before = await status(first, workspace["id"])
-    async with running(restarted) as second:
+    async with running_app(restarted) as second:
         after = await status(second, workspace["id"])
         assert (after["files"], after["chunks"], after["embedded"]) == (before["files"], before["chunks"], before["embedded"])
         assert after["search"] == before["search"]

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from service.engine.analyzer import terms_text
 from service.engine.records import IndexRecord, collection_spec
-from service.engine.runtime import open_engine
+from service.engine.startup import open_engine
 from service.settings import Settings
-from tests.conftest import REDIS_URL, TEST_SECRET
+from service.surfaces import surfaces
+from tests.callers import TEST_SECRET
+from tests.helpers import REDIS_URL
 from workers.settings import build_workers, run_workers
 
 SPEC = collection_spec("crashdocs")
@@ -28,7 +30,7 @@ def records() -> list[IndexRecord]:
 
 
 async def main(data_dir: Path, prefix: str) -> None:
-    engine = await open_engine(crash_settings(data_dir, prefix))
+    engine = await open_engine(crash_settings(data_dir, prefix), surfaces())
     index = await engine.register("crashdocs", SPEC)
     await index.write(records())
     print("written", flush=True)

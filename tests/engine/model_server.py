@@ -1,7 +1,7 @@
 """A real OpenAI-compatible ``/v1/embeddings`` server for the migration tests: the second model.
 
 No second sentence-transformers model exists offline, so the new default model is this HTTP
-endpoint (the accepted second provider, SPEC.md). It embeds with the hashed bag of words of
+endpoint (an OpenAI-compatible provider, the second kind of model the service accepts). It embeds with the hashed bag of words of
 ``tests/embedding_server.py``, logs every request, and can hold document batches at a gate so
 that a test can act while a fill is half done.
 """

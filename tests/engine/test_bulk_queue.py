@@ -4,18 +4,13 @@ embedding never waits behind the code-warming backlog."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from aiohttp.test_utils import TestClient, TestServer
-
-from service.app import create_app
 from service.settings import DEFAULT_MODEL, Settings
 from service.state import ENGINE
+from tests.callers import ADMIN, ALICE_PRO
 from tests.code.trees import copy_stdlib_packages
-from tests.conftest import auth, wait_until
+from tests.helpers import running_app, wait_until
 
-ADMIN = auth("root", admin=True)
-ALICE = auth("alice", org="acme", plan="pro")
 PACKAGE = {"type": "package", "id": "refunds", "name": "@acme/refunds", "summary": "Refund a card payment and send the money back to the customer."}
 
 
@@ -23,9 +18,7 @@ async def test_a_catalog_write_is_embedded_while_the_code_warming_backlog_waits(
     # Small embed batches: a prewarmed workspace of a few hundred chunks becomes a long bulk backlog.
     settings = replace(settings, embeddings_batch_size=4, rate_limits_enabled=False)
     root = copy_stdlib_packages(settings.allowed_roots[0] / "stdlib", ("email", "json"))
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings)))
-    await client.start_server()
-    try:
+    async with running_app(settings) as client:
         engine = client.app[ENGINE]
         names = engine.queue.names
         response = await client.post("/v1/workspaces", json={"root": str(root), "search": {"embeddings_model": DEFAULT_MODEL, "prewarm_embeddings": True}}, headers=ADMIN)
@@ -37,7 +30,7 @@ async def test_a_catalog_write_is_embedded_while_the_code_warming_backlog_waits(
         await wait_until(backlog, timeout_s=120, interval_s=0.1)
         assert await engine.redis.zcard(names.embed) == 0, "code warming does not use the interactive embed queue"
 
-        response = await client.put("/v1/catalog/entities", json={"entities": [PACKAGE]}, headers=ALICE)
+        response = await client.put("/v1/catalog/entities", json={"entities": [PACKAGE]}, headers=ALICE_PRO)
         assert response.status == 200, await response.json()
 
         async def catalog_embedded() -> bool:
@@ -52,6 +45,4 @@ async def test_a_catalog_write_is_embedded_while_the_code_warming_backlog_waits(
         assert "bulk" in overview["queues"] and overview["queues"]["bulk"]["queued"] + overview["queues"]["bulk"]["in_progress"] > 0
         jobs = await (await client.get("/admin/api/jobs?queue=bulk&status=queued&limit=5", headers=ADMIN)).json()
         assert jobs["jobs"] and {job["queue"] for job in jobs["jobs"]} == {"bulk"} and {job["function"] for job in jobs["jobs"]} == {"embed_records"}
-    finally:
-        await client.close()
 

@@ -11,15 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import socket
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import aiohttp
 import pytest
@@ -29,14 +26,14 @@ from arq.jobs import Job, JobStatus
 from service.engine.deployment import DEPLOYMENT_ID_FILE, claim_key, resolve_deployment
 from service.engine.queue import forget_deployment
 from service.engine.records import DONE, PENDING
-from service.engine.runtime import open_engine
+from service.engine.startup import open_engine
 from service.errors import SettingsError
 from service.settings import Settings
-from tests.conftest import REDIS_URL, TEST_SECRET, auth, wait_until
+from service.surfaces import surfaces
+from tests.callers import ALICE_PRO, TEST_SECRET
+from tests.helpers import REDIS_URL, free_port, running_app, serving, spawn_service, wait_until
 from workers.settings import build_workers, run_workers, stop_workers
 
-ROOT = Path(__file__).resolve().parents[2]
-ALICE = auth("alice", org="acme", plan="pro")
 # Several writes per service, each its own embed job: on a shared queue some would surely be taken
 # by the other service.
 WRITES = 8
@@ -49,13 +46,6 @@ def packages(tag: str) -> list[dict[str, Any]]:
         {"type": "package", "id": f"{tag}-{n}", "name": f"@acme/{tag}-{n}", "summary": f"{topics[n % len(topics)]}, variant {n} of {tag}."}
         for n in range(PACKAGES_PER_WRITE)
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def service_env(data_dir: Path, **extra: str) -> dict[str, str]:
@@ -81,7 +71,7 @@ class Service:
     log_path: Path
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
-        async with self.session.request(method, f"{self.base}{path}", json=body, headers=ALICE) as response:
+        async with self.session.request(method, f"{self.base}{path}", json=body, headers=ALICE_PRO) as response:
             data = await response.json()
             assert response.status < 300, (response.status, data)
             return data
@@ -92,41 +82,12 @@ class Service:
         return pending
 
 
-async def start(env: dict[str, str], log_file: IO[bytes]) -> asyncio.subprocess.Process:
-    port = env["AGENTSEARCH_PORT"]
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service", "serve", "--port", port,
-        env=env, cwd=ROOT, stdout=log_file, stderr=log_file,
-    )  # fmt: skip
-
-
 @asynccontextmanager
 async def running_service(data_dir: Path) -> AsyncIterator[Service]:
     """``python -m service serve`` on ``data_dir``, ready (model loaded); stopped with SIGTERM on exit."""
-    port = str(free_port())
     log_path = data_dir.parent / f"{data_dir.name}.log"
-    with log_path.open("wb") as log_file:
-        process = await start(service_env(data_dir, AGENTSEARCH_PORT=port), log_file)
-        session = aiohttp.ClientSession()
-        service = Service(f"http://127.0.0.1:{port}", session, data_dir, log_path)
-        try:
-
-            async def ready() -> bool:
-                if process.returncode is not None:
-                    raise AssertionError(f"serve exited {process.returncode}: {log_path.read_text()[-3000:]}")
-                try:
-                    async with session.get(f"{service.base}/readyz") as response:
-                        return response.status == 200
-                except aiohttp.ClientConnectionError:
-                    return False
-
-            await wait_until(ready, timeout_s=180, interval_s=0.5)
-            yield service
-        finally:
-            await session.close()
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), timeout=90)
+    async with serving(service_env(data_dir), log_path=log_path, ready_timeout_s=180, stop_timeout_s=90) as served:
+        yield Service(served.base, served.session, data_dir, log_path)
 
 
 async def ingest_until_embedded(services: list[Service], tag: str) -> float:
@@ -179,9 +140,9 @@ async def _a_third_on_the_first_ones_prefix_refuses_to_start(data_dir: Path, hel
     """A service of another data directory forced onto a live instance's prefix exits at start with
     a message naming the holder and what to change."""
     log_path = data_dir.parent / "third.log"
-    env = service_env(data_dir, AGENTSEARCH_PORT=str(free_port()), AGENTSEARCH_QUEUE_PREFIX=held_prefix)
+    env = service_env(data_dir, AGENTSEARCH_QUEUE_PREFIX=held_prefix)
     with log_path.open("wb") as log_file:
-        process = await start(env, log_file)
+        process = await spawn_service(env, free_port(), stdout=log_file, stderr=log_file)
         try:
             returncode = await asyncio.wait_for(process.wait(), timeout=120)
         finally:
@@ -198,8 +159,8 @@ async def test_a_worker_refuses_a_job_of_another_deployment_on_its_prefix(settin
     """Two data directories given one prefix (both started while Redis was down, so neither saw the
     other's claim): the one whose worker takes the other's embed job neither runs it nor reports
     it done (its store has no such record); the job goes back for its own deployment's worker."""
-    owner = await open_engine(settings)
-    other = await open_engine(replace(settings, data_dir=tmp_path / "other-data"))
+    owner = await open_engine(settings, surfaces())
+    other = await open_engine(replace(settings, data_dir=tmp_path / "other-data"), surfaces())
     assert owner.queue.deployment != other.queue.deployment
     assert owner.settings.queue_prefix == other.settings.queue_prefix
     try:
@@ -282,8 +243,8 @@ async def test_the_prefix_claim_refuses_another_data_directory_and_expires_with_
     """In process: the in-process workers' claim (``claim_for_workers``) on the test's prefix."""
     from service.engine.deployment import claim_for_workers
 
-    holder = await open_engine(settings)
-    second = await open_engine(replace(settings, data_dir=tmp_path / "second"))
+    holder = await open_engine(settings, surfaces())
+    second = await open_engine(replace(settings, data_dir=tmp_path / "second"), surfaces())
     try:
         claim = await claim_for_workers(holder)
         assert claim is not None
@@ -305,14 +266,8 @@ async def test_the_prefix_claim_refuses_another_data_directory_and_expires_with_
 async def test_redis_down_at_start_does_not_stop_the_claim_or_the_service(settings: Settings) -> None:
     """Nothing listens on port 1 (a real refused connection): the service with its in-process
     workers starts and answers; the claim is taken once Redis answers."""
-    from aiohttp.test_utils import TestClient, TestServer
 
-    from service.app import create_app
 
     down = replace(settings, redis_url="redis://127.0.0.1:1/0", embeddings_model=None)
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(down)))
-    await client.start_server()
-    try:
+    async with running_app(down) as client:
         assert (await client.get("/healthz")).status == 200
-    finally:
-        await client.close()

@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from service.engine.embeddings import EmbedderRegistry, EmbeddingUnavailable, OpenAIEmbedder, vector_name
+from service.engine.embeddings import EmbedderRegistry, OpenAIEmbedder, vector_name
+from service.errors import EmbeddingUnavailable
 from service.settings import ProviderSettings, Settings
 
 

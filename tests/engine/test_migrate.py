@@ -21,15 +21,18 @@ import pytest
 
 from service.engine.analyzer import ANALYZER_VERSION, query_terms, terms_text
 from service.engine.embeddings import vector_name
-from service.engine.migrate import META_COLLECTION, MIGRATION_KEY, SERVING_KEY, read_marker, reindex
+from service.engine.migrate import MIGRATION_KEY, reindex
 from service.engine.records import DONE, PENDING, IndexRecord, tenant_filter
 from service.engine.refresh import embed_records
-from service.engine.runtime import Engine, open_engine
+from service.engine.runtime import Engine
 from service.engine.search import Mode, retrieve
+from service.engine.serving import META_COLLECTION, SERVING_KEY, read_marker
+from service.engine.startup import open_engine
 from service.engine.store import VectorSpec, point_id
 from service.settings import DEFAULT_MODEL, ProviderSettings, Settings
-from tests.conftest import wait_until
+from service.surfaces import surfaces
 from tests.engine.model_server import DIMENSIONS, ModelServer
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # The records live in a real surface collection, as an ingest would write them.
@@ -68,7 +71,7 @@ def settings_b(settings: Settings, server: ModelServer) -> Settings:
 
 async def index_with_model_a(settings: Settings) -> None:
     """Write and embed every doc with the packaged MiniLM (the real embed job's code path)."""
-    engine = await open_engine(replace(settings, embeddings_batch_size=8))
+    engine = await open_engine(replace(settings, embeddings_batch_size=8), surfaces())
     try:
         docs = engine.records(COLLECTION)
         await docs.write((record(k, v) for k, v in DOCS.items()), embed=False)
@@ -79,7 +82,7 @@ async def index_with_model_a(settings: Settings) -> None:
 
 
 async def open_with(settings: Settings) -> Engine:
-    return await open_engine(settings)
+    return await open_engine(settings, surfaces())
 
 
 async def search(engine: Engine, query: str) -> tuple[str, Mode, str]:
@@ -104,7 +107,7 @@ async def test_new_model_fills_beside_the_serving_one_then_switches(settings: Se
         model_b.hold_after = 2  # the third document batch waits at the gate: the fill is half done
         task = asyncio.create_task(reindex(engine))
         await wait_until(model_b.held.is_set, timeout_s=30)
-        migration = await read_marker(engine, MIGRATION_KEY)
+        migration = await read_marker(engine.store, MIGRATION_KEY)
         assert migration is not None and migration["state"] == "filling" and migration["target_vector"] == VECTOR_B
         points, _ = await engine.store.scroll(COLLECTION, None, limit=100)
         assert sum(1 for p in points if p.payload.get("fill_vector") == VECTOR_B) == 16  # two batches of 8
@@ -130,7 +133,7 @@ async def test_new_model_fills_beside_the_serving_one_then_switches(settings: Se
             assert set(point.vectors) == {VECTOR_B}  # A's vector is retired: no record uses it
         assert report.retired[COLLECTION] == VECTOR_A
         assert set(report.retired) == {index.collection for index in engine.surfaces.values()}
-        assert (await read_marker(engine, MIGRATION_KEY) or {}).get("state") == "done"
+        assert (await read_marker(engine.store, MIGRATION_KEY) or {}).get("state") == "done"
     finally:
         await engine.close()
 
@@ -138,7 +141,7 @@ async def test_new_model_fills_beside_the_serving_one_then_switches(settings: Se
     engine = await open_with(settings_b(settings, model_b))
     try:
         assert engine.embedders.default_model == MODEL_B
-        assert (await read_marker(engine, SERVING_KEY) or {}).get("model") == MODEL_B
+        assert (await read_marker(engine.store, SERVING_KEY) or {}).get("model") == MODEL_B
         before = len(model_b.requests)
         again = await reindex(engine)
         assert not again.switched and again.filled == 0 and again.repaired == 0
@@ -240,7 +243,7 @@ async def test_the_old_vector_stays_where_a_record_names_the_old_model(settings:
     collections where nothing uses the old vector lose it."""
     settings = replace(settings, embeddings_batch_size=8)
     await index_with_model_a(settings)
-    engine = await open_engine(settings)
+    engine = await open_engine(settings, surfaces())
     try:
         pinned = replace(record("pinned", "Pinned to the packaged model on purpose"), embed_model=DEFAULT_MODEL)
         await engine.records(COLLECTION).write([pinned], embed=False)
@@ -264,7 +267,7 @@ async def test_the_old_vector_stays_where_a_record_names_the_old_model(settings:
 async def test_an_embed_job_adds_back_a_vector_another_process_retired(settings: Settings) -> None:
     """The store call drops the vector behind the engine's back, as a reindex in another process
     would: this process still believes the vector exists, and its embed job must not fail for good."""
-    engine = await open_engine(settings)
+    engine = await open_engine(settings, surfaces())
     try:
         docs = engine.records(COLLECTION)
         first = replace(record("first", "Compress a folder into a zip archive"), embed_model=DEFAULT_MODEL)
@@ -285,7 +288,7 @@ async def test_reindex_brings_terms_of_an_older_analyzer_up_to_date(settings: Se
     """Records written before the analyzer folded the plural of whole identifiers (version 1, no
     ``analyzer`` field) kept ``getitems``: the one-word query ``getitems`` (term ``getitem``) missed them.
     The stored state is written by hand as version 1 wrote it: that code no longer exists."""
-    engine = await open_engine(replace(settings, embeddings_model=None))
+    engine = await open_engine(replace(settings, embeddings_model=None), surfaces())
     try:
         docs = engine.records(COLLECTION)
         await docs.write([record("loader", "def getItems(self): load every row")], embed=False)

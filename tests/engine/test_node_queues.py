@@ -17,10 +17,12 @@ import pytest
 from service.code.runtime import workspaces_of
 from service.code.semantic import INDEX_JOB, WARM_JOB, schedule_indexing
 from service.code.workspace import SearchConfig, workspace_id
-from service.engine.runtime import Engine, open_engine
+from service.engine.runtime import Engine
+from service.engine.startup import open_engine
 from service.errors import SettingsError
 from service.routing import node_for_workspace
 from service.settings import Settings, load_settings
+from service.surfaces import surfaces
 from tests.code.trees import write_tree
 from tests.queues import queued_functions
 from workers.settings import build_workers
@@ -34,7 +36,7 @@ async def test_workspace_jobs_go_to_the_queue_of_the_node_holding_the_workspace(
     root = write_tree(settings.allowed_roots[0] / "repo")
     wid = workspace_id(TENANT, root)
     home = node_for_workspace(wid, NODES)
-    engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=home))
+    engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=home), surfaces())
     try:
         assert engine.queue.node_local_jobs == {INDEX_JOB, WARM_JOB}
         workspace, _ = await workspaces_of(engine).register(TENANT, root, SearchConfig())
@@ -88,7 +90,7 @@ async def test_only_the_holding_nodes_worker_runs_the_workspace_job(settings: Se
     wid = workspace_id(TENANT, root)
     home = node_for_workspace(wid, NODES)
     node_settings = replace(settings, workspace_nodes=NODES, node_id=home)
-    engine = await open_engine(node_settings)
+    engine = await open_engine(node_settings, surfaces())
     try:
         workspace, _ = await workspaces_of(engine).register(TENANT, root, SearchConfig())
         assert await schedule_indexing(engine, workspace, always=True)
@@ -97,14 +99,14 @@ async def test_only_the_holding_nodes_worker_runs_the_workspace_job(settings: Se
 
     other = next(node for node in NODES if node != home)
     await run_worker(settings, other)
-    engine = await open_engine(node_settings)
+    engine = await open_engine(node_settings, surfaces())
     try:
         assert await queued_functions(engine, engine.queue.names.node(home)) == [INDEX_JOB]  # not taken
     finally:
         await engine.close()
 
     await run_worker(settings, home)
-    engine = await open_engine(node_settings)
+    engine = await open_engine(node_settings, surfaces())
     try:
         assert await queued_functions(engine, engine.queue.names.node(home)) == []
         workspaces = workspaces_of(engine)
@@ -124,7 +126,7 @@ async def test_a_process_that_is_no_workspace_node_runs_no_node_worker(settings:
     root = write_tree(settings.allowed_roots[0] / "repo")
     wid = workspace_id(TENANT, root)
     home = node_for_workspace(wid, NODES)
-    engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=None))
+    engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=None), surfaces())
     try:
         names = engine.queue.names
         workers = build_workers(engine)
@@ -142,7 +144,7 @@ async def test_a_process_that_is_no_workspace_node_runs_no_node_worker(settings:
     finally:
         await engine.close()
 
-    engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=home))
+    engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=home), surfaces())
     try:
         workers = build_workers(engine)
         try:  # a workspace node's full workers (the embedded default) include its node queue

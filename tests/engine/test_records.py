@@ -11,9 +11,11 @@ import pytest
 from service.engine.analyzer import terms_text
 from service.engine.records import DONE, PENDING, IndexRecord, RecordIndex, collection_spec, tenant_filter
 from service.engine.refresh import embed_records, sweep
-from service.engine.runtime import Engine, open_engine
+from service.engine.runtime import Engine
 from service.engine.search import Mode, retrieve
+from service.engine.startup import open_engine
 from service.settings import DEFAULT_MODEL, Settings
+from service.surfaces import surfaces
 from workers.jobs import embed_records_job
 
 SPEC = collection_spec("testdocs")
@@ -101,7 +103,7 @@ async def test_sweeper_enqueues_every_pending_record(engine: Engine, docs: Recor
 
 
 async def test_with_embeddings_off_jobs_end_at_once_and_the_sweeper_leaves_records_alone(settings: Settings) -> None:
-    engine = await open_engine(replace(settings, embeddings_model=None))
+    engine = await open_engine(replace(settings, embeddings_model=None), surfaces())
     try:
         index = await engine.register("testdocs", SPEC)
         written = await index.write(record(k, v) for k, v in DOCS.items())
@@ -129,12 +131,12 @@ async def test_tenant_filter_keeps_other_tenants_out(engine: Engine, docs: Recor
 
 
 async def test_restart_keeps_records_and_vectors(settings: Settings) -> None:
-    engine = await open_engine(settings)
+    engine = await open_engine(settings, surfaces())
     index = await engine.register("testdocs", SPEC)
     await index.write(record(k, v) for k, v in DOCS.items())
     await embed_records(engine, index.collection, [(k, record(k, v).content_hash) for k, v in DOCS.items()])
     await engine.close()
-    reopened = await open_engine(replace(settings))
+    reopened = await open_engine(replace(settings), surfaces())
     try:
         index = await reopened.register("testdocs", SPEC)
         assert (await index.counts()) == {"records": 3, "embedded": 3, "pending": 0}

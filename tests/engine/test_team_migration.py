@@ -10,24 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from service.actions.model import META_COLLECTION
-from service.app import create_app
 from service.catalog.ingest import write_entities
 from service.catalog.keys import COLLECTION, Kind, record_key
 from service.catalog.models import parse_entity
-from service.engine.migrate import META_COLLECTION as MIGRATE_META
-from service.engine.runtime import Engine, open_engine
+from service.engine.runtime import Engine
+from service.engine.serving import META_COLLECTION as MIGRATE_META
+from service.engine.startup import open_engine
 from service.engine.store import PointRecord, point_id
 from service.engine.teams import CHECK_MARKER, rekey
 from service.settings import Settings
 from service.state import ENGINE
-from tests.conftest import auth, reindex_in_process, wait_until
+from service.surfaces import surfaces
+from tests.callers import ADMIN, ALICE, auth
+from tests.helpers import reindex_in_process, running_app, wait_until
 
 Client = TestClient[Any, Any]
 TEMPLATE = {"template": "hubspot", "display_name": "HubSpot", "actions": [{"action": "search_contacts", "description": "Search contacts", "risk": "read"}]}
@@ -38,8 +41,9 @@ PACKAGE = {
     "summary": "Roll out the release train oldteamtext",
     "exports": [{"subpath": "./rollout", "purpose": "Start a rollout oldteamtext"}],
 }
-ALICE = auth("alice", org="acme", teams=("eng",))  # acme's eng: the team that wrote the old records
-BOB = auth("bob", org="bobco", teams=("eng",))  # bobco's eng: same team name, another org
+# ALICE is in acme's eng, the team that wrote the old records; BOB_ENG in bobco's eng: same team
+# name, another org.
+BOB_ENG = auth("bob", org="bobco", teams=("eng",))
 
 
 
@@ -52,12 +56,6 @@ async def _write_old_team_records(engine: Engine) -> None:
     # The previous version never wrote the "no old team keys" marker this engine wrote at its open.
     await engine.store.delete(MIGRATE_META, [point_id(MIGRATE_META, CHECK_MARKER)])
     await engine.store.flush()
-
-
-async def _app(settings: Settings) -> Client:
-    client: Client = TestClient(TestServer(create_app(settings)))
-    await client.start_server()
-    return client
 
 
 async def _seen_by(client: Client, headers: dict[str, str]) -> dict[str, Any]:
@@ -77,23 +75,21 @@ async def test_old_team_records_are_visible_to_nobody_until_reindex_maps_the_tea
     settings: Settings, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lexical = replace(settings, embeddings_model=None)
-    engine = await open_engine(lexical)
+    engine = await open_engine(lexical, surfaces())
     try:
         await _write_old_team_records(engine)
     finally:
         await engine.close()
 
-    with caplog.at_level(logging.WARNING, logger="service.engine.teams"):
-        client = await _app(lexical)
-    try:
+    async with AsyncExitStack() as stack:
+        with caplog.at_level(logging.WARNING, logger="service.engine.teams"):
+            client = await stack.enter_async_context(running_app(lexical))
         warned = [r for r in caplog.records if r.name == "service.engine.teams"]
         assert warned and warned[0].records == 6 and warned[0].team_keys == ["team:eng"], [r.getMessage() for r in warned]  # type: ignore[attr-defined]
         assert "agentsearch reindex --team-org" in warned[0].getMessage()
-        assert (await client.put("/v1/actions/templates", json={"templates": [TEMPLATE]}, headers=auth("root", admin=True))).status == 200
-        for caller in (ALICE, BOB):  # fail closed: the old key is nobody's tenant
+        assert (await client.put("/v1/actions/templates", json={"templates": [TEMPLATE]}, headers=ADMIN)).status == 200
+        for caller in (ALICE, BOB_ENG):  # fail closed: the old key is nobody's tenant
             assert await _seen_by(client, caller) == {"package": 404, "ranked": False, "instances": []}
-    finally:
-        await client.close()
 
     capsys.readouterr()
     assert await asyncio.to_thread(reindex_in_process, lexical, team_orgs=["eng=acme"]) == 0
@@ -101,13 +97,13 @@ async def test_old_team_records_are_visible_to_nobody_until_reindex_maps_the_tea
     assert "re-keyed 6 team records" in printed and "team:eng -> team:acme/eng" in printed, printed
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="service.engine.teams"):
-        client = await _app(lexical)
-    try:
+    async with AsyncExitStack() as stack:
+        with caplog.at_level(logging.WARNING, logger="service.engine.teams"):
+            client = await stack.enter_async_context(running_app(lexical))
         assert not [r for r in caplog.records if r.name == "service.engine.teams"], "nothing left to count"
         assert await _seen_by(client, ALICE) == {"package": 200, "ranked": True, "instances": ["crm"]}
         assert await _seen_by(client, auth("carol", org="acme", teams=("eng",))) == {"package": 200, "ranked": True, "instances": ["crm"]}
-        assert await _seen_by(client, BOB) == {"package": 404, "ranked": False, "instances": []}
+        assert await _seen_by(client, BOB_ENG) == {"package": 404, "ranked": False, "instances": []}
         export = await client.post("/v1/catalog/search", json={"entity": "package:deploy-tools#./rollout"}, headers=ALICE)
         assert export.status == 200, await export.text()
         store = client.server.app[ENGINE].store
@@ -117,20 +113,17 @@ async def test_old_team_records_are_visible_to_nobody_until_reindex_maps_the_tea
         # The team goes on writing under its org's key: a delete by the caller-facing owner finds it.
         deleted = await client.delete("/v1/catalog/entities/package:deploy-tools?owner=team:eng", headers=ALICE)
         assert deleted.status == 200 and (await deleted.json())["records"] == 3
-    finally:
-        await client.close()
 
 
 async def test_reindex_hands_the_team_mapping_to_the_running_service(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     lexical = replace(settings, embeddings_model=None)
-    engine = await open_engine(lexical)
+    engine = await open_engine(lexical, surfaces())
     try:
         await _write_old_team_records(engine)
     finally:
         await engine.close()
-    client = await _app(replace(lexical, worker_in_process=True))
-    try:
-        assert (await client.put("/v1/actions/templates", json={"templates": [TEMPLATE]}, headers=auth("root", admin=True))).status == 200
+    async with running_app(lexical, worker_in_process=True) as client:
+        assert (await client.put("/v1/actions/templates", json={"templates": [TEMPLATE]}, headers=ADMIN)).status == 200
         assert (await _seen_by(client, ALICE))["package"] == 404
         # The service holds the data directory: the command queues the job, with the mapping, for its worker.
         code = await asyncio.to_thread(reindex_in_process, lexical, team_orgs=["eng=acme"])
@@ -141,6 +134,4 @@ async def test_reindex_hands_the_team_mapping_to_the_running_service(settings: S
             return await _seen_by(client, ALICE) == {"package": 200, "ranked": True, "instances": ["crm"]}
 
         await wait_until(visible, timeout_s=30)
-        assert await _seen_by(client, BOB) == {"package": 404, "ranked": False, "instances": []}
-    finally:
-        await client.close()
+        assert await _seen_by(client, BOB_ENG) == {"package": 404, "ranked": False, "instances": []}

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from service.engine.queue import deserialize
 from service.engine.records import DONE, tenant_filter
-from service.engine.runtime import open_engine
 from service.engine.search import retrieve
-from tests.conftest import wait_until
+from service.engine.startup import open_engine
+from service.surfaces import surfaces
 from tests.engine.crash_worker import RECORDS, SPEC, crash_settings
+from tests.helpers import wait_until
 from workers.settings import build_workers, run_workers, stop_workers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ async def test_sigkill_mid_embed_then_sweeper_completes(tmp_path: Path, redis_pr
         if child.stdout is not None:
             child.stdout.close()
 
-    engine = await open_engine(crash_settings(data_dir, redis_prefix))
+    engine = await open_engine(crash_settings(data_dir, redis_prefix), surfaces())
     try:
         index = await engine.register("crashdocs", SPEC)
         counts = await index.counts()

@@ -14,12 +14,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.actions.helpers import GITHUB, GMAIL, STRIPE, api_key, oauth, put_instances, put_templates
-from tests.catalog.fixtures import ADMIN, CAPABILITIES, DOMAINS, GUIDES, home_package, put
+from tests.callers import ADMIN, ALICE_PRO, BOB_PRO
+from tests.catalog.fixtures import CAPABILITIES, DOMAINS, GUIDES, home_package, put
 from tests.code.helpers import register, wait_indexed
-from tests.conftest import auth, token_for
-
-ALICE = {"sub": "alice", "org": "acme", "plan": "pro"}
-BOB = {"sub": "bob", "org": "globex", "plan": "pro"}
 
 WORKSPACE_FILES = {
     "auth/passwords.py": 'def hash_password(password: str, salt: str) -> str:\n    """Hash a password with a salt before storing it."""\n    return salt + password\n',
@@ -38,29 +35,25 @@ async def http_mcp(client: TestClient[Any, Any], token: str | None, *, mode: str
         yield mcp
 
 
-def token(claims: dict[str, Any]) -> str:
-    return token_for(**claims)
-
-
 async def seed_catalog(client: TestClient[Any, Any]) -> None:
-    await put(client, DOMAINS + CAPABILITIES + GUIDES, **ADMIN)
-    await put(client, [home_package()], **ALICE)
-    await put(client, [BOB_PACKAGE], **BOB)
+    await put(client, DOMAINS + CAPABILITIES + GUIDES, caller=ADMIN)
+    await put(client, [home_package()], caller=ALICE_PRO)
+    await put(client, [BOB_PACKAGE], caller=BOB_PRO)
 
 
 async def seed_actions(client: TestClient[Any, Any]) -> None:
     await put_templates(client, [GMAIL, GITHUB, STRIPE])
-    await put_instances(client, auth(**ALICE), oauth("gmail_work", "gmail", "google", account_email="alice@example.com"), api_key("stripe_live", "stripe"))
-    await put_instances(client, auth(**BOB), oauth("bob_github", "github", "github"))
+    await put_instances(client, ALICE_PRO, oauth("gmail_work", "gmail", "google", account_email="alice@example.com"), api_key("stripe_live", "stripe"))
+    await put_instances(client, BOB_PRO, oauth("bob_github", "github", "github"))
 
 
-async def seed_workspace(client: TestClient[Any, Any], base: Path, owner: dict[str, Any] = ALICE, name: str = "repo") -> tuple[str, Path]:
+async def seed_workspace(client: TestClient[Any, Any], base: Path, owner: dict[str, str] = ALICE_PRO, name: str = "repo") -> tuple[str, Path]:
     """A small code tree under the allowed base, registered for ``owner`` and indexed: (id, root)."""
     root = base / name
     for path, text in WORKSPACE_FILES.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
-    headers = auth(**owner)
+    headers = owner
     workspace_id = str((await register(client, root, headers))["id"])
     await wait_indexed(client, workspace_id, headers)
     return workspace_id, root

@@ -10,26 +10,22 @@ import pytest
 from aiohttp.test_utils import TestClient
 from mcp import MCPError
 
-from service.auth import Caller, Plan
 from service.ratelimit import Surface
 from service.settings import Settings
 from service.state import ENGINE
-from tests.conftest import auth
+from tests.callers import ALICE_PRO, BOB_PRO, auth, caller_of, token_of
 from tests.mcp.helpers import (
-    ALICE,
-    BOB,
     connect_error,
     http_mcp,
     seed_actions,
     seed_catalog,
     seed_workspace,
     text_of,
-    token,
 )
 
 
 async def test_lists_the_tools_with_schemas_for_inputs_and_outputs(client: TestClient[Any, Any]) -> None:
-    async with http_mcp(client, token(ALICE)) as mcp:
+    async with http_mcp(client, token_of(ALICE_PRO)) as mcp:
         assert mcp.server_info is not None and mcp.server_info.name == "agentsearch"
         assert mcp.protocol_version == "2025-11-25"
         assert mcp.server_capabilities.tools is not None
@@ -55,7 +51,7 @@ async def test_lists_the_tools_with_schemas_for_inputs_and_outputs(client: TestC
 
 async def test_search_answers_with_markdown_and_structured_content_of_the_same_substance(client: TestClient[Any, Any]) -> None:
     await seed_catalog(client)
-    async with http_mcp(client, token(ALICE)) as mcp:
+    async with http_mcp(client, token_of(ALICE_PRO)) as mcp:
         ranked = await mcp.call_tool("search", {"query": "send an email message"})
         detail = await mcp.call_tool("search", {"entity": "capability:emailSend"})
         index = await mcp.call_tool("search", {"query": ""})
@@ -77,7 +73,7 @@ async def test_search_answers_with_markdown_and_structured_content_of_the_same_s
 
 async def test_code_search_answers_text_first_lines_and_structured_results(client: TestClient[Any, Any], settings: Settings) -> None:
     workspace_id, root = await seed_workspace(client, settings.allowed_roots[0])
-    async with http_mcp(client, token(ALICE)) as mcp:
+    async with http_mcp(client, token_of(ALICE_PRO)) as mcp:
         by_id = await mcp.call_tool("code_search", {"workspace": workspace_id, "query": "hash_password", "mode": "lexical"})
         by_root = await mcp.call_tool("code_search", {"workspace": str(root), "query": r"def \w+_total", "regex": True})
     assert by_id.is_error is False and by_id.structured_content is not None
@@ -90,9 +86,9 @@ async def test_code_search_answers_text_first_lines_and_structured_results(clien
     assert text_of(by_root).startswith("billing/invoice.py:1:def compute_invoice_total")
 
 
-async def test_action_search_answers_seed_003_rows_and_says_them_in_text(client: TestClient[Any, Any]) -> None:
+async def test_action_search_answers_its_rows_and_says_them_in_text(client: TestClient[Any, Any]) -> None:
     await seed_actions(client)
-    async with http_mcp(client, token(ALICE)) as mcp:
+    async with http_mcp(client, token_of(ALICE_PRO)) as mcp:
         ranked = await mcp.call_tool("action_search", {"query": "send an email"})
         browse = await mcp.call_tool("action_search", {"query": "", "include_catalog": True})
     assert ranked.is_error is False and ranked.structured_content is not None
@@ -112,7 +108,7 @@ async def test_action_search_answers_seed_003_rows_and_says_them_in_text(client:
 
 async def test_bad_arguments_are_tool_errors_that_say_what_to_fix(client: TestClient[Any, Any], settings: Settings) -> None:
     workspace_id, _ = await seed_workspace(client, settings.allowed_roots[0])
-    async with http_mcp(client, token(ALICE)) as mcp:
+    async with http_mcp(client, token_of(ALICE_PRO)) as mcp:
         limit = await mcp.call_tool("search", {"query": "email", "limit": 0})
         both = await mcp.call_tool("search", {"query": "email", "entity": "capability:emailSend"})
         unknown_field = await mcp.call_tool("action_search", {"query": "x", "colour": "red"})
@@ -147,8 +143,8 @@ async def test_a_missing_or_bad_token_is_refused_with_a_readable_error(client: T
 async def test_two_tenants_are_kept_apart(client: TestClient[Any, Any], settings: Settings) -> None:
     await seed_catalog(client)
     await seed_actions(client)
-    alice_ws, alice_root = await seed_workspace(client, settings.allowed_roots[0], ALICE, "alice-repo")
-    async with http_mcp(client, token(BOB)) as mcp:
+    alice_ws, alice_root = await seed_workspace(client, settings.allowed_roots[0], ALICE_PRO, "alice-repo")
+    async with http_mcp(client, token_of(BOB_PRO)) as mcp:
         packages = await mcp.call_tool("search", {"query": "control lights and shades home"})
         own = await mcp.call_tool("search", {"query": "rooftop weather station"})
         alice_package = await mcp.call_tool("search", {"entity": "package:home-controls"})
@@ -171,19 +167,19 @@ async def test_tool_calls_count_in_the_bucket_of_their_http_surface(client: Test
     the next MCP ``search`` and the next HTTP search are refused, while ``action_search`` (its own
     bucket) still answers until that bucket is full too."""
     await seed_actions(client)
-    carol = {"sub": "carol", "plan": "free"}
+    carol = auth("carol", plan="free")
     for _ in range(79):
-        assert (await client.post("/v1/catalog/search", json={"query": ""}, headers=auth(**carol))).status == 200
-    async with http_mcp(client, token(carol)) as mcp:
+        assert (await client.post("/v1/catalog/search", json={"query": ""}, headers=carol)).status == 200
+    async with http_mcp(client, token_of(carol)) as mcp:
         last = await mcp.call_tool("search", {"query": ""})
         catalog = await mcp.call_tool("search", {"query": "send an email"})
         actions = await mcp.call_tool("action_search", {"query": "send an email"})
         assert last.is_error is False and actions.is_error is False
-        refused = await client.post("/v1/catalog/search", json={"query": ""}, headers=auth(**carol))
+        refused = await client.post("/v1/catalog/search", json={"query": ""}, headers=carol)
         assert refused.status == 429
         limiter = client.server.app[ENGINE].rate_limiter
         for _ in range(79):  # the action bucket: one MCP call above, 79 more
-            assert await limiter.check(Caller("carol", plan=Plan.FREE), Surface.ACTIONS) is None
+            assert await limiter.check(caller_of(carol), Surface.ACTIONS) is None
         actions_full = await mcp.call_tool("action_search", {"query": "send an email"})
     assert catalog.is_error is True and catalog.structured_content is not None
     limit = catalog.structured_content["rateLimit"]
@@ -197,7 +193,7 @@ async def test_structured_content_matches_the_output_schemas(client: TestClient[
     await seed_catalog(client)
     await seed_actions(client)
     workspace_id, _ = await seed_workspace(client, settings.allowed_roots[0])
-    async with http_mcp(client, token(ALICE), mode="auto") as mcp:
+    async with http_mcp(client, token_of(ALICE_PRO), mode="auto") as mcp:
         schemas = {tool.name: tool.output_schema for tool in (await mcp.list_tools()).tools}
         calls = {
             "search": [{"query": "schedule a background job"}, {"domain": "email"}, {"entity": ["guide:package_subscriptions#repo.pushed", "package:home-controls"]}],
@@ -216,8 +212,8 @@ async def test_tools_answer_what_the_v1_routes_answer(client: TestClient[Any, An
     await seed_catalog(client)
     await seed_actions(client)
     workspace_id, _ = await seed_workspace(client, settings.allowed_roots[0])
-    headers = auth(**ALICE)
-    async with http_mcp(client, token(ALICE)) as mcp:
+    headers = ALICE_PRO
+    async with http_mcp(client, token_of(ALICE_PRO)) as mcp:
         catalog = await mcp.call_tool("search", {"domain": "email"})
         code = await mcp.call_tool("code_search", {"workspace": workspace_id, "query": "invoice", "mode": "lexical"})
         actions = await mcp.call_tool("action_search", {"query": "list repositories", "include_catalog": True})

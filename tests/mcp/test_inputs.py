@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from service.settings import Settings
-from tests.catalog.fixtures import ADMIN, put
-from tests.code.helpers import running
-from tests.conftest import with_settings
-from tests.mcp.helpers import ALICE, http_mcp, seed_actions, seed_catalog, seed_workspace, text_of, token
+from tests.callers import ADMIN, ALICE_PRO, token_of
+from tests.catalog.fixtures import put
+from tests.helpers import running_app
+from tests.mcp.helpers import http_mcp, seed_actions, seed_catalog, seed_workspace, text_of
 
 TASK = "send an email message " + " ".join(f"context{i} of the ticket" for i in range(200))
 BULK = [{"type": "capability", "id": f"bulk{i:02d}", "domain": "bulk", "summary": f"Bulk operation {i}.", "order": i} for i in range(70)]
@@ -24,11 +24,11 @@ def notices(result: Any) -> list[str]:
 
 async def test_tools_search_a_long_query_by_its_prefix_and_clamp_the_limit(settings: Settings) -> None:
     assert len(TASK) > 2 * 2_000
-    async with running(with_settings(settings, embeddings_model=None)) as client:
+    async with running_app(settings, embeddings_model=None) as client:
         await seed_catalog(client)
         await seed_actions(client)
         workspace_id, _ = await seed_workspace(client, settings.allowed_roots[0])
-        async with http_mcp(client, token(ALICE)) as mcp:
+        async with http_mcp(client, token_of(ALICE_PRO)) as mcp:
             catalog = await mcp.call_tool("search", {"query": TASK, "limit": 500})
             actions = await mcp.call_tool("action_search", {"query": TASK * 2, "limit": 500, "exclude": "stripe_live,"})
             code = await mcp.call_tool("code_search", {"workspace": workspace_id, "query": "hash_password " + TASK, "mode": "lexical", "limit": 500})
@@ -49,9 +49,9 @@ async def test_tools_search_a_long_query_by_its_prefix_and_clamp_the_limit(setti
 
 
 async def test_a_domain_listing_pages_with_the_cursor_argument(settings: Settings) -> None:
-    async with running(with_settings(settings, embeddings_model=None)) as client:
-        await put(client, BULK, **ADMIN)
-        async with http_mcp(client, token(ALICE)) as mcp:
+    async with running_app(settings, embeddings_model=None) as client:
+        await put(client, BULK, caller=ADMIN)
+        async with http_mcp(client, token_of(ALICE_PRO)) as mcp:
             first = await mcp.call_tool("search", {"domain": "bulk"})
             cursor = (first.structured_content or {})["nextCursor"]
             second = await mcp.call_tool("search", {"domain": "bulk", "cursor": cursor})

@@ -11,13 +11,13 @@ from aiohttp.test_utils import TestClient
 from service.catalog.state import catalog_state
 from service.settings import Settings
 from service.state import ENGINE
-from tests.catalog.fixtures import ADMIN, put
+from tests.callers import ADMIN, ALICE_PRO, BOB_PRO
+from tests.catalog.fixtures import put
 from tests.catalog.test_answers import REPORTS, RerankServer
-from tests.code.helpers import running
-from tests.conftest import auth, with_settings
-from tests.mcp.helpers import ALICE, BOB, seed_actions
+from tests.helpers import running_app, with_settings
+from tests.mcp.helpers import seed_actions
 
-HEADERS = {**auth(**ALICE), "Accept": "application/json, text/event-stream"}
+HEADERS = {**ALICE_PRO, "Accept": "application/json, text/event-stream"}
 
 
 def rpc(method: str, params: dict[str, Any] | None = None, request_id: int | str | None = 1) -> dict[str, Any]:
@@ -79,7 +79,7 @@ async def test_versions_before_2025_06_18_get_text_without_structured_content(cl
 async def test_sessions_are_bound_to_their_user_and_end_with_delete(client: TestClient[Any, Any]) -> None:
     session, _ = await initialize(client)
     headers = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"}
-    status, body, _ = await post(client, rpc("ping"), {**headers, **auth(**BOB)})
+    status, body, _ = await post(client, rpc("ping"), {**headers, **BOB_PRO})
     assert status == 404 and "initialize" in body["error"]["message"]  # bob cannot ride alice's session
     status, body, _ = await post(client, rpc("ping"), {"Mcp-Session-Id": session[:-1] + ("A" if session[-1] != "A" else "B")})
     assert status == 404, body
@@ -140,13 +140,13 @@ async def test_batches_answer_each_request_and_skip_notifications(client: TestCl
     assert status == 400 and body["error"]["code"] == -32600
 
 
-async def test_a_search_past_the_deadline_answers_the_seed_tool_error(settings: Settings, rerank_server: RerankServer) -> None:
+async def test_a_search_past_the_deadline_answers_the_did_not_finish_tool_error(settings: Settings, rerank_server: RerankServer) -> None:
     """A real rerank endpoint that never answers keeps the search past a 1.5 s request deadline."""
     rerank_server.mode = "slow"
     changed = with_settings(settings, embeddings_model=None, rerank_enabled=True, rerank_url=rerank_server.url, rerank_budget_s=30.0, request_deadline_s=1.5)
-    async with running(changed) as slow:
+    async with running_app(changed) as slow:
         try:
-            await put(slow, REPORTS, **ADMIN)
+            await put(slow, REPORTS, caller=ADMIN)
             started = time.perf_counter()
             status, body, _ = await post(slow, rpc("tools/call", {"name": "search", "arguments": {"query": "quarterly report"}}), {"MCP-Protocol-Version": "2025-06-18"})
             assert time.perf_counter() - started < 3.0
@@ -163,7 +163,7 @@ async def test_a_search_past_the_deadline_answers_the_seed_tool_error(settings: 
 
 async def test_the_services_own_refusals_keep_their_status_with_a_json_rpc_body(settings: Settings) -> None:
     """A 2 KiB body limit and a 1 ms request deadline, both real settings of the app."""
-    async with running(with_settings(settings, embeddings_model=None, client_max_size=2048, request_deadline_s=0.001)) as strict:
+    async with running_app(settings, embeddings_model=None, client_max_size=2048, request_deadline_s=0.001) as strict:
         status, body, _ = await post(strict, rpc("tools/call", {"name": "search", "arguments": {"query": "x" * 4000}}))
         assert status == 413 and body["error"]["code"] == -32600 and "too large" in body["error"]["message"]
         response = await strict.post("/mcp", json=rpc("tools/call", {"name": "search", "arguments": {"query": "send an email to Kent"}}), headers=HEADERS)

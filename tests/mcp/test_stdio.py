@@ -13,9 +13,9 @@ from aiohttp.test_utils import TestClient
 from mcp import Client, StdioServerParameters
 
 from service.settings import Settings
-from tests.code.helpers import running
-from tests.conftest import REDIS_URL, TEST_SECRET
-from tests.mcp.helpers import ALICE, BOB, WORKSPACE_FILES, seed_actions, seed_catalog, seed_workspace, text_of, token
+from tests.callers import ALICE_PRO, BOB_PRO, TEST_SECRET, token_of
+from tests.helpers import REDIS_URL, running_app
+from tests.mcp.helpers import WORKSPACE_FILES, seed_actions, seed_catalog, seed_workspace, text_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def refs(result: Any) -> list[str]:
 
 
 async def test_embedded_stdio_server_searches_the_data_directory(settings: Settings, tmp_path: Path) -> None:
-    async with running(settings) as app:
+    async with running_app(settings) as app:
         await seed_catalog(app)
         await seed_actions(app)
     # The app has closed: the stdio process can own the data directory now.
@@ -51,7 +51,7 @@ async def test_embedded_stdio_server_searches_the_data_directory(settings: Setti
     for path, text in WORKSPACE_FILES.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
-    params = stdio_server(settings, "--data-dir", str(settings.data_dir), AGENTSEARCH_TOKEN=token(ALICE))
+    params = stdio_server(settings, "--data-dir", str(settings.data_dir), AGENTSEARCH_TOKEN=token_of(ALICE_PRO))
     async with Client(params, read_timeout_seconds=120) as mcp:  # mode auto: discover, then initialize
         assert mcp.server_info is not None and mcp.server_info.name == "agentsearch"
         assert {tool.name for tool in (await mcp.list_tools()).tools} == {"search", "code_search", "action_search", "waiting_summary", "register_workspace"}
@@ -69,10 +69,10 @@ async def test_embedded_stdio_server_searches_the_data_directory(settings: Setti
 async def test_remote_stdio_server_calls_the_service_with_its_token(client: TestClient[Any, Any], settings: Settings) -> None:
     await seed_catalog(client)
     await seed_actions(client)
-    alice_ws, alice_root = await seed_workspace(client, settings.allowed_roots[0], ALICE, "alice-repo")
-    bob_ws, bob_root = await seed_workspace(client, settings.allowed_roots[0], BOB, "bob-repo")
+    alice_ws, alice_root = await seed_workspace(client, settings.allowed_roots[0], ALICE_PRO, "alice-repo")
+    bob_ws, bob_root = await seed_workspace(client, settings.allowed_roots[0], BOB_PRO, "bob-repo")
     url = str(client.make_url("")).rstrip("/")
-    params = stdio_server(settings, "--url", url, AGENTSEARCH_DATA_DIR=str(settings.data_dir.parent / "remote-client"), AGENTSEARCH_TOKEN=token(BOB))
+    params = stdio_server(settings, "--url", url, AGENTSEARCH_DATA_DIR=str(settings.data_dir.parent / "remote-client"), AGENTSEARCH_TOKEN=token_of(BOB_PRO))
     async with Client(params, mode="legacy", read_timeout_seconds=120) as mcp:
         own = await mcp.call_tool("search", {"query": "rooftop weather station"})
         foreign = await mcp.call_tool("search", {"query": "control lights and shades in the house"})
@@ -106,7 +106,7 @@ async def test_remote_mode_without_a_token_stops_with_what_to_do(settings: Setti
 async def test_the_line_protocol_answers_requests_and_errors_and_ends_with_stdin(client: TestClient[Any, Any], settings: Settings) -> None:
     url = str(client.make_url("")).rstrip("/")
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service", "mcp", "--url", url, "--token", token(ALICE),
+        sys.executable, "-m", "service", "mcp", "--url", url, "--token", token_of(ALICE_PRO),
         cwd=ROOT, env={**server_env(settings), "PATH": "/usr/bin:/bin"},
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

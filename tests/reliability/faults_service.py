@@ -17,10 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import TEST_SECRET, auth
-from tests.reliability.faults_redis import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.callers import TEST_SECRET, auth
+from tests.helpers import ROOT, free_port
 
 
 class ServiceProcess:
@@ -93,9 +91,9 @@ class ServiceProcess:
         self._process = None
 
 
-async def call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None, *, sub: str = "alice", **claims: Any) -> tuple[int, Any]:
-    """One JSON call as caller ``sub``; (status, decoded body)."""
-    async with session.request(method, url, json=body, headers=auth(sub, **claims)) as response:
+async def call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None, caller: dict[str, str] | None = None) -> tuple[int, Any]:
+    """One JSON call as ``caller`` (a plain ``alice`` by default); (status, decoded body)."""
+    async with session.request(method, url, json=body, headers=caller or auth("alice")) as response:
         return response.status, await response.json()
 
 

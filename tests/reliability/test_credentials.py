@@ -12,18 +12,16 @@ import asyncio
 import logging
 import socket
 from dataclasses import replace
-from typing import Any
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from deploy import healthcheck
-from service.app import create_app
 from service.errors import SettingsError
 from service.redact import CredentialFilter, mask_url
 from service.settings import Settings, load_settings
-from tests.conftest import auth, reindex_in_process
+from tests.callers import auth
+from tests.helpers import reindex_in_process, running_app
 
 PASSWORD = "s3cret-pass"
 
@@ -71,9 +69,7 @@ async def test_a_redis_password_shows_in_no_log_line_no_readyz_and_no_reindex_ou
     port = _closed_port()
     down = replace(settings, redis_url=f"redis://:{PASSWORD}@127.0.0.1:{port}/0", embeddings_model=None)
     caplog.set_level(logging.DEBUG)
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(down)))
-    await client.start_server()
-    try:
+    async with running_app(down) as client:
         ready = await client.get("/readyz")
         body = await ready.json()
         assert ready.status == 503 and body["checks"]["redis"] == "down: unreachable", body
@@ -90,8 +86,6 @@ async def test_a_redis_password_shows_in_no_log_line_no_readyz_and_no_reindex_ou
         printed = capsys.readouterr()
         assert code == 2 and "redis://:***@127.0.0.1" in printed.err, printed
         assert PASSWORD not in printed.out + printed.err
-    finally:
-        await client.close()
 
     # Run where it can open the store: the reindex itself runs, and its embed jobs fail to queue.
     code = await asyncio.to_thread(reindex_in_process, down)

@@ -13,25 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from service.app import create_app
-from service.catalog.state import catalog_state
 from service.engine.store.edge import DISK_RESERVE_BYTES
 from service.settings import ProviderSettings, Settings
-from service.state import ENGINE
-from tests.conftest import auth, wait_until, with_settings
+from tests.callers import ADMIN, auth
+from tests.catalog.fixtures import reranking_app
+from tests.helpers import running_app, wait_until, with_settings
 from tests.reliability.faults_disk import ext4_volume, fill_until_free
 from tests.reliability.faults_endpoints import DIMENSIONS, FaultyEndpoint
 from tests.reliability.faults_redis import RedisProcess
 from tests.reliability.faults_service import ServiceProcess, call, packages
 
-ADMIN = {"sub": "root", "admin": True}
 SEARCHER = auth("searcher", plan="max")
 
 
 async def catalog_counts(session: aiohttp.ClientSession, base: str) -> dict[str, int]:
-    status, body = await call(session, "GET", f"{base}/v1/index/status", **ADMIN)
+    status, body = await call(session, "GET", f"{base}/v1/index/status", caller=ADMIN)
     assert status == 200, body
     counts: dict[str, int] = body["surfaces"]["catalog"]
     return counts
@@ -158,7 +156,7 @@ async def test_service_killed_and_restarted_keeps_everything_acknowledged(tmp_pa
                 status, body = await call(session, "PUT", f"{base}/v1/catalog/entities", {"entities": entities})
                 assert status == 200, body
                 acknowledged += [f"package:{e['id']}" for e in entities]
-            status, body = await call(session, "PUT", f"{base}/v1/actions/templates", {"templates": [MAIL_TEMPLATE]}, **ADMIN)
+            status, body = await call(session, "PUT", f"{base}/v1/actions/templates", {"templates": [MAIL_TEMPLATE]}, caller=ADMIN)
             assert status == 200, body
             status, body = await call(session, "PUT", f"{base}/v1/actions/instances", {"instances": [MAILER_INSTANCE]})
             assert status == 200, body
@@ -218,56 +216,54 @@ async def test_embeddings_endpoint_hanging_or_failing_answers_lexically_inside_t
     root = settings.allowed_roots[0] / "shop"
     root.mkdir()
     (root / "refunds.py").write_text("def refund_payment(payment_id, reason):\n    return {'refunded': payment_id, 'why': reason}\n")
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(configured)))
-    await client.start_server()
-    alice = auth("alice", plan="max")
     try:
-        response = await client.put("/v1/catalog/entities", json={"entities": packages("tide", 6, "Tide table lookup")}, headers=alice)
-        assert response.status == 200, await response.text()
-        response = await client.put("/v1/actions/templates", json={"templates": [MAIL_TEMPLATE]}, headers=auth(**ADMIN))
-        assert response.status == 200, await response.text()
-        response = await client.put("/v1/actions/instances", json={"instances": [MAILER_INSTANCE]}, headers=alice)
-        assert response.status == 200, await response.text()
-        response = await client.post("/v1/workspaces", json={"root": str(root), "search": {"embeddings_model": "remote/embed", "embeddings_dimensions": DIMENSIONS}}, headers=alice)
-        workspace = await response.json()
-        assert response.status in (200, 201), workspace
-        await wait_until(lambda: _all_embedded(client), timeout_s=60)
-        _, healthy = await _timed(client, "/v1/catalog/search", {"query": "tide table lookup"}, alice)
-        assert healthy["structuredContent"]["mode"] == "hybrid", healthy["structuredContent"].get("notices")
+        async with running_app(configured) as client:
+            alice = auth("alice", plan="max")
+            response = await client.put("/v1/catalog/entities", json={"entities": packages("tide", 6, "Tide table lookup")}, headers=alice)
+            assert response.status == 200, await response.text()
+            response = await client.put("/v1/actions/templates", json={"templates": [MAIL_TEMPLATE]}, headers=ADMIN)
+            assert response.status == 200, await response.text()
+            response = await client.put("/v1/actions/instances", json={"instances": [MAILER_INSTANCE]}, headers=alice)
+            assert response.status == 200, await response.text()
+            response = await client.post("/v1/workspaces", json={"root": str(root), "search": {"embeddings_model": "remote/embed", "embeddings_dimensions": DIMENSIONS}}, headers=alice)
+            workspace = await response.json()
+            assert response.status in (200, 201), workspace
+            await wait_until(lambda: _all_embedded(client), timeout_s=60)
+            _, healthy = await _timed(client, "/v1/catalog/search", {"query": "tide table lookup"}, alice)
+            assert healthy["structuredContent"]["mode"] == "hybrid", healthy["structuredContent"].get("notices")
 
-        for mode, reason in (("hang", "timed out"), ("error", "HTTP 500")):
-            endpoint.mode = mode
-            seconds, catalog = await _timed(client, "/v1/catalog/search", {"query": f"tide table lookup {mode}"}, alice)
-            doc = catalog["structuredContent"]
-            assert doc["mode"] == "lexical" and any(reason in n and "lexical only" in n for n in doc["notices"]), doc.get("notices")
-            assert "package:tide-0" in {r["entity"] for r in doc["results"]}
-            assert seconds < timeout_s + 1.0, seconds
-            seconds, actions = await _timed(client, "/v1/actions/search", {"query": f"send an email {mode}"}, alice)
-            assert any(reason in n and "keyword only" in n for n in actions["notices"]), actions["notices"]
-            assert ("mailer_prod", "send_email") in {(r.get("service"), r["action"]) for r in actions["results"]}
-            assert seconds < timeout_s + 1.0, seconds
-            seconds, code = await _timed(client, f"/v1/workspaces/{workspace['id']}/search", {"query": f"give the customer money back {mode}"}, alice)
-            assert code["meta"]["mode"] == "lexical" and code["meta"]["fallback"] == "embeddings_unavailable", code["meta"]
-            assert reason in code["notices"][0], code["notices"]
-            assert seconds < deadline_s / 2, seconds
-            print(f"\nfigure embeddings {mode}: code search answered lexically in {seconds * 1000:.0f} ms (timeout {timeout_s:g} s, deadline {deadline_s:g} s)")
-        assert endpoint.cancelled >= 1, "the hung calls were abandoned, not awaited"
+            for mode, reason in (("hang", "timed out"), ("error", "HTTP 500")):
+                endpoint.mode = mode
+                seconds, catalog = await _timed(client, "/v1/catalog/search", {"query": f"tide table lookup {mode}"}, alice)
+                doc = catalog["structuredContent"]
+                assert doc["mode"] == "lexical" and any(reason in n and "lexical only" in n for n in doc["notices"]), doc.get("notices")
+                assert "package:tide-0" in {r["entity"] for r in doc["results"]}
+                assert seconds < timeout_s + 1.0, seconds
+                seconds, actions = await _timed(client, "/v1/actions/search", {"query": f"send an email {mode}"}, alice)
+                assert any(reason in n and "keyword only" in n for n in actions["notices"]), actions["notices"]
+                assert ("mailer_prod", "send_email") in {(r.get("service"), r["action"]) for r in actions["results"]}
+                assert seconds < timeout_s + 1.0, seconds
+                seconds, code = await _timed(client, f"/v1/workspaces/{workspace['id']}/search", {"query": f"give the customer money back {mode}"}, alice)
+                assert code["meta"]["mode"] == "lexical" and code["meta"]["fallback"] == "embeddings_unavailable", code["meta"]
+                assert reason in code["notices"][0], code["notices"]
+                assert seconds < deadline_s / 2, seconds
+                print(f"\nfigure embeddings {mode}: code search answered lexically in {seconds * 1000:.0f} ms (timeout {timeout_s:g} s, deadline {deadline_s:g} s)")
+            assert endpoint.cancelled >= 1, "the hung calls were abandoned, not awaited"
 
-        # Ingest is not held up by the failing endpoint; its embedding waits for it to come back.
-        started = time.monotonic()
-        response = await client.put("/v1/catalog/entities", json={"entities": packages("late", 3, "Harbour pilot booking")}, headers=alice)
-        assert response.status == 200 and time.monotonic() - started < timeout_s, await response.text()
-        endpoint.mode = "ok"
-        _, recovered = await _timed(client, "/v1/catalog/search", {"query": "harbour pilot booking"}, alice)
-        assert recovered["structuredContent"]["mode"] == "hybrid" and "package:late-0" in {r["entity"] for r in recovered["structuredContent"]["results"]}
-        await wait_until(lambda: _all_embedded(client), timeout_s=60, interval_s=0.5)
+            # Ingest is not held up by the failing endpoint; its embedding waits for it to come back.
+            started = time.monotonic()
+            response = await client.put("/v1/catalog/entities", json={"entities": packages("late", 3, "Harbour pilot booking")}, headers=alice)
+            assert response.status == 200 and time.monotonic() - started < timeout_s, await response.text()
+            endpoint.mode = "ok"
+            _, recovered = await _timed(client, "/v1/catalog/search", {"query": "harbour pilot booking"}, alice)
+            assert recovered["structuredContent"]["mode"] == "hybrid" and "package:late-0" in {r["entity"] for r in recovered["structuredContent"]["results"]}
+            await wait_until(lambda: _all_embedded(client), timeout_s=60, interval_s=0.5)
     finally:
-        await client.close()
         await endpoint.close()
 
 
 async def _all_embedded(client: TestClient[Any, Any]) -> bool:
-    response = await client.get("/v1/index/status", headers=auth(**ADMIN))
+    response = await client.get("/v1/index/status", headers=ADMIN)
     surfaces = (await response.json())["surfaces"]
     return all(surfaces[name]["records"] > 0 and surfaces[name]["pending"] == 0 for name in ("catalog", "actions"))
 
@@ -280,32 +276,27 @@ async def test_hanging_rerank_scorer_keeps_every_search_inside_its_budget(settin
     await endpoint.start()
     budget_s = 0.5
     configured = with_settings(settings, embeddings_model=None, rerank_enabled=True, rerank_url=endpoint.url, rerank_budget_s=budget_s)
-    client: TestClient[Any, Any] = TestClient(TestServer(create_app(configured)))
-    await client.start_server()
     try:
-        # Near-identical summaries: BM25 ties them, so the pool is large and has no clear winner.
-        response = await client.put("/v1/catalog/entities", json={"entities": packages("report", 14, "Quarterly report builder")}, headers=auth("alice"))
-        assert response.status == 200, await response.text()
-        query = {"query": "quarterly report builder"}
-        _, unranked = await _timed(client, "/v1/catalog/search", query, auth("alice", plan="free"))
-        assert unranked["structuredContent"]["telemetry"]["jevRerank"]["outcome"] == "skipped-plan"
-        hybrid_order = [r["entity"] for r in unranked["structuredContent"]["results"]]
+        async with reranking_app(configured) as client:
+            # Near-identical summaries: BM25 ties them, so the pool is large and has no clear winner.
+            response = await client.put("/v1/catalog/entities", json={"entities": packages("report", 14, "Quarterly report builder")}, headers=auth("alice"))
+            assert response.status == 200, await response.text()
+            query = {"query": "quarterly report builder"}
+            _, unranked = await _timed(client, "/v1/catalog/search", query, auth("alice", plan="free"))
+            assert unranked["structuredContent"]["telemetry"]["jevRerank"]["outcome"] == "skipped-plan"
+            hybrid_order = [r["entity"] for r in unranked["structuredContent"]["results"]]
 
-        answers = await asyncio.gather(*(_timed(client, "/v1/catalog/search", query, auth("alice", plan=plan)) for plan in ("standard", "pro", "max") * 2))
-        for seconds, answer in answers:
-            doc = answer["structuredContent"]
-            assert doc["telemetry"]["jevRerank"]["outcome"] == "fallback-timeout", doc["telemetry"]
-            assert [r["entity"] for r in doc["results"]] == hybrid_order
-            assert budget_s <= seconds < budget_s + 1.0, seconds
-            assert doc["phaseTimings"]["jevRerankMs"] < (budget_s + 0.25) * 1000
-        print(f"\nfigure rerank hang: {len(answers)} concurrent searches answered in {min(a[0] for a in answers) * 1000:.0f}-{max(a[0] for a in answers) * 1000:.0f} ms (budget {budget_s * 1000:.0f} ms)")
-        assert endpoint.calls >= len(answers)
-        await wait_until(lambda: endpoint.cancelled == endpoint.calls, timeout_s=5, interval_s=0.05)
+            answers = await asyncio.gather(*(_timed(client, "/v1/catalog/search", query, auth("alice", plan=plan)) for plan in ("standard", "pro", "max") * 2))
+            for seconds, answer in answers:
+                doc = answer["structuredContent"]
+                assert doc["telemetry"]["jevRerank"]["outcome"] == "fallback-timeout", doc["telemetry"]
+                assert [r["entity"] for r in doc["results"]] == hybrid_order
+                assert budget_s <= seconds < budget_s + 1.0, seconds
+                assert doc["phaseTimings"]["jevRerankMs"] < (budget_s + 0.25) * 1000
+            print(f"\nfigure rerank hang: {len(answers)} concurrent searches answered in {min(a[0] for a in answers) * 1000:.0f}-{max(a[0] for a in answers) * 1000:.0f} ms (budget {budget_s * 1000:.0f} ms)")
+            assert endpoint.calls >= len(answers)
+            await wait_until(lambda: endpoint.cancelled == endpoint.calls, timeout_s=5, interval_s=0.05)
     finally:
-        scorer = catalog_state(client.server.app[ENGINE]).scorer
-        if scorer is not None:
-            await scorer.aclose()  # type: ignore[attr-defined]
-        await client.close()
         await endpoint.close()
 
 

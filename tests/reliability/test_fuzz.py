@@ -43,12 +43,13 @@ from schemathesis.specs.openapi.checks import (
 from service.app import create_app
 from service.engine.queue import deployment_key_patterns
 from service.settings import Settings
-from tests.conftest import REDIS_URL, TEST_SECRET, token_for
+from tests.callers import TEST_SECRET, auth
+from tests.helpers import REDIS_URL
 
 EXAMPLES_PER_OPERATION = 200
 PARSER_LINE_LIMIT = 8190  # aiohttp's max_line_size and max_field_size
-USER = {"Authorization": f"Bearer {token_for('fuzzer', org='fuzzorg', teams=('fuzzteam',), plan='max')}"}
-ADMIN = {"Authorization": f"Bearer {token_for('fuzzroot', admin=True, plan='max')}"}
+FUZZER = auth("fuzzer", org="fuzzorg", teams=("fuzzteam",), plan="max")
+FUZZ_ADMIN = auth("fuzzroot", admin=True, plan="max")
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -93,7 +94,7 @@ class LiveServer:
 
 @dataclass(frozen=True)
 class Seeded:
-    """The live server and what the seed put in it."""
+    """The live server and the data seeded into it."""
 
     server: LiveServer
     session: requests.Session
@@ -134,13 +135,13 @@ def _seed(session: requests.Session, url: str, root: Path) -> str:
         answer: dict[str, Any] = response.json()
         return answer
 
-    call("PUT", "/v1/catalog/entities", {"entities": CATALOG_BUILTINS}, ADMIN)
-    call("PUT", "/v1/catalog/entities", {"entities": CATALOG_USER}, USER)
-    call("PUT", "/v1/actions/templates", {"templates": TEMPLATES}, ADMIN)
-    call("PUT", "/v1/actions/instances", {"instances": INSTANCES}, USER)
-    workspace_id = str(call("POST", "/v1/workspaces", {"root": str(root)}, USER)["id"])
+    call("PUT", "/v1/catalog/entities", {"entities": CATALOG_BUILTINS}, FUZZ_ADMIN)
+    call("PUT", "/v1/catalog/entities", {"entities": CATALOG_USER}, FUZZER)
+    call("PUT", "/v1/actions/templates", {"templates": TEMPLATES}, FUZZ_ADMIN)
+    call("PUT", "/v1/actions/instances", {"instances": INSTANCES}, FUZZER)
+    workspace_id = str(call("POST", "/v1/workspaces", {"root": str(root)}, FUZZER)["id"])
     for _ in range(600):
-        indexed = call("GET", f"/v1/workspaces/{workspace_id}", {}, USER)["state"] == "ready"
+        indexed = call("GET", f"/v1/workspaces/{workspace_id}", {}, FUZZER)["state"] == "ready"
         # Ready once the model loaded: before, /readyz answers its documented 503, which the
         # server-error check would count.
         if indexed and session.get(f"{url}/readyz", timeout=10).status_code == 200:
@@ -214,12 +215,12 @@ def test_the_served_contract_is_the_fuzzed_one(seeded: Seeded) -> None:
 def _headers_for(case: Case) -> dict[str, str]:
     path: str = case.operation.path
     admin_only = path.startswith("/admin") or path.startswith("/v1/actions/templates")
-    return dict(ADMIN if admin_only else USER)
+    return dict(FUZZ_ADMIN if admin_only else FUZZER)
 
 
 def _aim_at_the_seeded_workspace(case: Case, workspace_id: str) -> None:
     """Searches and reads of a workspace go to the seeded one (a random id is only ever a 404);
-    a DELETE keeps its random id so the seed survives."""
+    a DELETE keeps its random id so the seeded workspace survives."""
     if case.operation.path.startswith("/v1/workspaces/{id}") and case.method.upper() in {"GET", "POST"}:
         case.path_parameters = {**(case.path_parameters or {}), "id": workspace_id}
 
@@ -330,9 +331,9 @@ def gone_workspace(seeded: Seeded) -> dict[str, str]:
     loop = base / "loop"
     loop.symlink_to(loop)
     url = seeded.server.url
-    workspace_id = seeded.session.post(f"{url}/v1/workspaces", json={"root": str(root)}, headers=USER, timeout=60).json()["id"]
+    workspace_id = seeded.session.post(f"{url}/v1/workspaces", json={"root": str(root)}, headers=FUZZER, timeout=60).json()["id"]
     for _ in range(300):
-        if seeded.session.get(f"{url}/v1/workspaces/{workspace_id}", headers=USER, timeout=60).json()["state"] == "ready":
+        if seeded.session.get(f"{url}/v1/workspaces/{workspace_id}", headers=FUZZER, timeout=60).json()["state"] == "ready":
             break
         time.sleep(0.2)
     shutil.rmtree(root)
@@ -350,9 +351,9 @@ def test_a_gone_workspace_and_looping_paths_answer_as_documented(
     case = operation.Case(**overrides)
     if "{id}" in label:
         case.path_parameters = {"id": gone_workspace["id"]}
-    response = case.call(base_url=seeded.server.url, session=seeded.session, headers=USER, timeout=60, allow_redirects=False)
+    response = case.call(base_url=seeded.server.url, session=seeded.session, headers=FUZZER, timeout=60, allow_redirects=False)
     assert response.status_code in statuses, (label, response.status_code, response.text[:500])
-    case.validate_response(response, checks=CHECKS, headers=USER)
+    case.validate_response(response, checks=CHECKS, headers=FUZZER)
     _assert_error_shape(response)
     if response.status_code == 409:
         assert response.json()["error"]["code"] == "workspace_missing"
@@ -363,12 +364,12 @@ def test_a_gone_workspace_and_looping_paths_answer_as_documented(
 def test_mcp_code_search_through_a_symlink_loop_is_a_json_rpc_answer(seeded: Seeded, gone_workspace: dict[str, str]) -> None:
     for workspace in (gone_workspace["loop"] + "/x", gone_workspace["loop"]):
         call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "code_search", "arguments": {"workspace": workspace, "query": "x"}}}
-        response = seeded.session.post(f"{seeded.server.url}/mcp", json=call, headers={**USER, "Accept": "application/json, text/event-stream"}, timeout=60)
+        response = seeded.session.post(f"{seeded.server.url}/mcp", json=call, headers={**FUZZER, "Accept": "application/json, text/event-stream"}, timeout=60)
         assert response.status_code == 200, response.text[:500]
         reply = response.json()
         assert reply["jsonrpc"] == "2.0" and reply["id"] == 7 and (reply.get("error") or reply["result"]["isError"] is True), reply
 
 
 def test_an_over_long_request_line_is_the_parsers_plain_400(seeded: Seeded) -> None:
-    response = seeded.session.get(f"{seeded.server.url}/admin/api/jobs", params={"kind": "k" * 9_000}, headers=ADMIN, timeout=30)
+    response = seeded.session.get(f"{seeded.server.url}/admin/api/jobs", params={"kind": "k" * 9_000}, headers=FUZZ_ADMIN, timeout=30)
     assert _refused_by_the_http_parser(response) and response.headers["Content-Type"].startswith("text/plain")

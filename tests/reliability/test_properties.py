@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from service.auth import Caller
 from service.catalog.refs import ENTITY_TYPES, EntityRef, parse_entity_param, parse_ref
 from service.code.lexical import run_matcher
+from service.code.pattern import MAX_FIXED_EXPANSION, regex_compile
 from service.code.rematch import line_matches
 from service.code.roots import (
     caller_bases,
@@ -37,7 +38,6 @@ from service.code.roots import (
     resolve_caller_root,
 )
 from service.code.scope import ScopeError, resolve_scope
-from service.code.trigram import MAX_FIXED_EXPANSION, regex_compile
 from service.engine.analyzer import ANALYZER_VERSION, analyze, query_terms, terms_text, upgrade_terms
 from service.errors import AgentSearchError, InvalidEntityRef
 from service.settings import Settings

@@ -23,12 +23,12 @@ import jwt
 import orjson
 import redis.asyncio as aioredis
 import yaml
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from service.app import create_app
 from service.engine.queue import deployment_key_patterns
 from service.settings import Settings
-from tests.conftest import REDIS_URL, TEST_SECRET, auth, wait_until
+from tests.callers import ADMIN, TEST_SECRET, auth
+from tests.helpers import REDIS_URL, running_app, wait_until
 
 CONTRACT = yaml.safe_load((Path(__file__).resolve().parents[2] / "service" / "openapi.yaml").read_text())
 Client = TestClient[Any, Any]
@@ -37,12 +37,6 @@ Client = TestClient[Any, Any]
 def _letters(count: int = 10) -> str:
     """Lowercase letters only: the analyzer keeps such a token whole, and no hex request id can hold one."""
     return "".join(random.choices(string.ascii_lowercase, k=count))
-
-
-async def _app(settings: Settings) -> Client:
-    client: Client = TestClient(TestServer(create_app(settings)))
-    await client.start_server()
-    return client
 
 
 async def _call(client: Client, method: str, path: str, headers: dict[str, str], body: Any = None) -> tuple[int, str, str]:
@@ -54,10 +48,9 @@ async def _call(client: Client, method: str, path: str, headers: dict[str, str],
 
 async def _wait_settled(client: Client) -> None:
     """Every record of every tenant embedded: answers no longer change under the test."""
-    admin = auth("root", admin=True)
 
     async def settled() -> bool:
-        surfaces = (await (await client.get("/v1/index/status", headers=admin)).json())["surfaces"]
+        surfaces = (await (await client.get("/v1/index/status", headers=ADMIN)).json())["surfaces"]
         return all(counts["pending"] == 0 for counts in surfaces.values())
 
     await wait_until(settled, timeout_s=180, interval_s=0.5)
@@ -243,9 +236,8 @@ def _leaks(tokens: tuple[str, ...], *texts: str) -> list[str]:
 
 
 async def test_no_field_of_any_answer_shows_another_tenant(client: Client, settings: Settings) -> None:
-    admin = auth("root", admin=True)
-    assert (await client.put("/v1/catalog/entities", json={"entities": BUILTINS}, headers=admin)).status == 200
-    assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=admin)).status == 200
+    assert (await client.put("/v1/catalog/entities", json={"entities": BUILTINS}, headers=ADMIN)).status == 200
+    assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=ADMIN)).status == 200
     workspaces = settings.allowed_roots[0]
     alice, bob = Tenant("alice"), Tenant("bob")
 
@@ -293,8 +285,7 @@ async def test_no_field_of_any_answer_shows_another_tenant(client: Client, setti
 
 
 async def test_org_and_team_members_share_exactly_what_their_org_and_team_own(client: Client, settings: Settings) -> None:
-    admin = auth("root", admin=True)
-    assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=admin)).status == 200
+    assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=ADMIN)).status == 200
     owner = Tenant("olivia")
     await _ingest(client, owner, settings.allowed_roots[0])
     await _wait_settled(client)
@@ -325,33 +316,31 @@ async def test_a_team_belongs_to_its_org_so_a_same_named_team_elsewhere_sees_not
     """alice (org acme, team eng) stores a team package, MCP server and action instance: bob (org
     bobco, team eng) reaches none of it on any surface, in any count, by any id, and cannot delete
     or overwrite it; carol (acme, eng) reaches all of it; dave (team eng, no org) owns no team."""
-    client = await _app(replace(settings, embeddings_model=None, worker_in_process=False))
-    admin = auth("root", admin=True)
-    team, ids, text = f"eng{_letters()}", f"idq{_letters()}", f"txq{_letters()}"
-    acme, bobco = f"acme{_letters()}", f"bobco{_letters()}"
-    alice = auth(f"alice{_letters()}", org=acme, teams=(team,), plan="max")
-    carol = auth(f"carol{_letters()}", org=acme, teams=(team,), plan="max")
-    bob = auth(f"bob{_letters()}", org=bobco, teams=(team,), plan="max")
-    dave = {"Authorization": "Bearer " + _token({"sub": f"dave{_letters()}", "teams": [team], "plan": "max", "exp": int(time.time()) + 600})}
-    entities = [
-        {"type": "package", "id": f"{ids}-pkg", "name": f"@{ids}/deploy", "summary": f"Roll out the release train {text}", "exports": [{"subpath": "./rollout", "purpose": f"Start a rollout {text}"}]},
-        {"type": "mcp-server", "id": f"{ids}srv", "description": f"Pager for on-call {text}", "tools": [{"name": "page", "description": f"Page the on-call {text}"}]},
-    ]
-    instance = {"name": f"{ids}-crm", "template": "hubspot", "tier": "team", "owner": team, "auth": {"type": "api_key", "secret_name": "CRM_KEY"}}
-    probes: list[tuple[str, str, Any]] = [
-        ("GET", "/v1/index/status", None),
-        ("POST", "/v1/catalog/search", {"entity": f"package:{ids}-pkg"}),
-        ("POST", "/v1/catalog/search", {"entity": f"package:{ids}-pkg#./rollout"}),
-        ("POST", "/v1/catalog/search", {"entity": f"mcp-server:{ids}srv"}),
-        ("POST", "/v1/catalog/search", {"domain": f"mcp:{ids}srv", "query": "page"}),
-        ("POST", "/v1/catalog/search", {"query": "release train rollout"}),
-        ("POST", "/v1/catalog/search", {"query": "pager on-call"}),
-        ("POST", "/v1/catalog/search", {"query": ""}),
-        ("POST", "/v1/actions/search", {"query": ""}),
-        ("POST", "/v1/actions/search", {"query": "search contacts", "include_catalog": True}),
-    ]
-    try:
-        assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=admin)).status == 200
+    async with running_app(settings, embeddings_model=None, worker_in_process=False) as client:
+        team, ids, text = f"eng{_letters()}", f"idq{_letters()}", f"txq{_letters()}"
+        acme, bobco = f"acme{_letters()}", f"bobco{_letters()}"
+        alice = auth(f"alice{_letters()}", org=acme, teams=(team,), plan="max")
+        carol = auth(f"carol{_letters()}", org=acme, teams=(team,), plan="max")
+        bob = auth(f"bob{_letters()}", org=bobco, teams=(team,), plan="max")
+        dave = {"Authorization": "Bearer " + _token({"sub": f"dave{_letters()}", "teams": [team], "plan": "max", "exp": int(time.time()) + 600})}
+        entities = [
+            {"type": "package", "id": f"{ids}-pkg", "name": f"@{ids}/deploy", "summary": f"Roll out the release train {text}", "exports": [{"subpath": "./rollout", "purpose": f"Start a rollout {text}"}]},
+            {"type": "mcp-server", "id": f"{ids}srv", "description": f"Pager for on-call {text}", "tools": [{"name": "page", "description": f"Page the on-call {text}"}]},
+        ]
+        instance = {"name": f"{ids}-crm", "template": "hubspot", "tier": "team", "owner": team, "auth": {"type": "api_key", "secret_name": "CRM_KEY"}}
+        probes: list[tuple[str, str, Any]] = [
+            ("GET", "/v1/index/status", None),
+            ("POST", "/v1/catalog/search", {"entity": f"package:{ids}-pkg"}),
+            ("POST", "/v1/catalog/search", {"entity": f"package:{ids}-pkg#./rollout"}),
+            ("POST", "/v1/catalog/search", {"entity": f"mcp-server:{ids}srv"}),
+            ("POST", "/v1/catalog/search", {"domain": f"mcp:{ids}srv", "query": "page"}),
+            ("POST", "/v1/catalog/search", {"query": "release train rollout"}),
+            ("POST", "/v1/catalog/search", {"query": "pager on-call"}),
+            ("POST", "/v1/catalog/search", {"query": ""}),
+            ("POST", "/v1/actions/search", {"query": ""}),
+            ("POST", "/v1/actions/search", {"query": "search contacts", "include_catalog": True}),
+        ]
+        assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=ADMIN)).status == 200
         bob_before = await (await client.get("/v1/index/status", headers=bob)).json()
         written = await client.put("/v1/catalog/entities", json={"entities": entities, "owner": f"team:{team}"}, headers=alice)
         assert written.status == 200 and (await written.json())["owner"] == f"team:{acme}/{team}", await written.text()
@@ -383,8 +372,6 @@ async def test_a_team_belongs_to_its_org_so_a_same_named_team_elsewhere_sees_not
             assert status < 500 and not _leaks((text,), headers, answer), (path, body, answer[:1000])
         refused = await client.put("/v1/catalog/entities", json={"entities": entities[:1], "owner": f"team:{team}"}, headers=dave)
         assert refused.status == 400 and "org claim" in (await refused.json())["error"]["message"]
-    finally:
-        await client.close()
 
 
 # ---- tokens --------------------------------------------------------------------------------------
@@ -397,50 +384,49 @@ def _token(claims: dict[str, Any], *, secret: str = TEST_SECRET, algorithm: str 
 
 
 async def test_tokens_need_the_pinned_algorithm_a_live_window_and_the_audience(settings: Settings) -> None:
-    client = await _app(replace(settings, jwt_audience="agentsearch-tests", jwt_issuer="agentsearch-iss", jwt_max_ttl_s=3600, embeddings_model=None, worker_in_process=False))
-    now = int(time.time())
-    good = {"aud": "agentsearch-tests", "iss": "agentsearch-iss", "exp": now + 60}
-    refused = {
-        "HS384 with the right secret": _token(good, algorithm="HS384"),
-        "HS512 with the right secret": _token(good, algorithm="HS512"),
-        "alg none": jwt.encode({"sub": "tom", **good}, None, algorithm="none"),
-        "RS256 header on an HMAC signature": _forge_alg(_token(good), "RS256"),
-        "none header on a valid signature": _forge_alg(_token(good), "none"),
-        "expired a second ago": _token({**good, "exp": now - 1}),
-        "not valid before next minute": _token({**good, "nbf": now + 60}),
-        "issued in the future": _token({**good, "iat": now + 3600}),
-        "exp not a number": _token({**good, "exp": "tomorrow"}),
-        "no exp (never expires)": _token({key: value for key, value in good.items() if key != "exp"}),
-        "exp past the maximum lifetime from now": _token({**good, "exp": now + 3600 + 120}),
-        "exp - iat past the maximum lifetime": _token({**good, "iat": now - 3000, "exp": now + 1000}),
-        "no issuer": _token({key: value for key, value in good.items() if key != "iss"}),
-        "another issuer": _token({**good, "iss": "someone-else"}),
-        "no audience": _token({"iss": "agentsearch-iss", "exp": now + 60}),
-        "another audience": _token({**good, "aud": "another-service"}),
-        "audience list without ours": _token({**good, "aud": ["a", "b"]}),
-        "no subject": jwt.encode({"aud": "agentsearch-tests", "iss": "agentsearch-iss", "exp": now + 60}, TEST_SECRET, algorithm="HS256"),
-        "the wrong secret": _token(good, secret="x" * 48),
-        "admin claim a string": _token({**good, "admin": "true"}),
-        "garbage": "eyJhbGciOiJIUzI1NiJ9.t7e3.garbage",
-    }
-    # What each refusal says: the fault in plain words, never the JWT library's own wording.
-    says = {
-        "HS384 with the right secret": "HS256",
-        "alg none": "HS256",
-        "expired a second ago": "expired",
-        "not valid before next minute": "not valid yet",
-        "exp not a number": "claim exp must be a number",
-        "no exp (never expires)": "no exp claim",
-        "exp past the maximum lifetime from now": "maximum lifetime",
-        "exp - iat past the maximum lifetime": "over this service's maximum of 3600s",
-        "no issuer": "no iss claim",
-        "another issuer": "issuer (iss) does not match",
-        "no audience": "no aud claim",
-        "another audience": "audience (aud) does not match",
-        "the wrong secret": "bad signature",
-        "garbage": "malformed token",
-    }
-    try:
+    async with running_app(settings, jwt_audience="agentsearch-tests", jwt_issuer="agentsearch-iss", jwt_max_ttl_s=3600, embeddings_model=None, worker_in_process=False) as client:
+        now = int(time.time())
+        good = {"aud": "agentsearch-tests", "iss": "agentsearch-iss", "exp": now + 60}
+        refused = {
+            "HS384 with the right secret": _token(good, algorithm="HS384"),
+            "HS512 with the right secret": _token(good, algorithm="HS512"),
+            "alg none": jwt.encode({"sub": "tom", **good}, None, algorithm="none"),
+            "RS256 header on an HMAC signature": _forge_alg(_token(good), "RS256"),
+            "none header on a valid signature": _forge_alg(_token(good), "none"),
+            "expired a second ago": _token({**good, "exp": now - 1}),
+            "not valid before next minute": _token({**good, "nbf": now + 60}),
+            "issued in the future": _token({**good, "iat": now + 3600}),
+            "exp not a number": _token({**good, "exp": "tomorrow"}),
+            "no exp (never expires)": _token({key: value for key, value in good.items() if key != "exp"}),
+            "exp past the maximum lifetime from now": _token({**good, "exp": now + 3600 + 120}),
+            "exp - iat past the maximum lifetime": _token({**good, "iat": now - 3000, "exp": now + 1000}),
+            "no issuer": _token({key: value for key, value in good.items() if key != "iss"}),
+            "another issuer": _token({**good, "iss": "someone-else"}),
+            "no audience": _token({"iss": "agentsearch-iss", "exp": now + 60}),
+            "another audience": _token({**good, "aud": "another-service"}),
+            "audience list without ours": _token({**good, "aud": ["a", "b"]}),
+            "no subject": jwt.encode({"aud": "agentsearch-tests", "iss": "agentsearch-iss", "exp": now + 60}, TEST_SECRET, algorithm="HS256"),
+            "the wrong secret": _token(good, secret="x" * 48),
+            "admin claim a string": _token({**good, "admin": "true"}),
+            "garbage": "eyJhbGciOiJIUzI1NiJ9.t7e3.garbage",
+        }
+        # What each refusal says: the fault in plain words, never the JWT library's own wording.
+        says = {
+            "HS384 with the right secret": "HS256",
+            "alg none": "HS256",
+            "expired a second ago": "expired",
+            "not valid before next minute": "not valid yet",
+            "exp not a number": "claim exp must be a number",
+            "no exp (never expires)": "no exp claim",
+            "exp past the maximum lifetime from now": "maximum lifetime",
+            "exp - iat past the maximum lifetime": "over this service's maximum of 3600s",
+            "no issuer": "no iss claim",
+            "another issuer": "issuer (iss) does not match",
+            "no audience": "no aud claim",
+            "another audience": "audience (aud) does not match",
+            "the wrong secret": "bad signature",
+            "garbage": "malformed token",
+        }
         for reason, token in refused.items():
             for path in ("/v1/index/status", "/admin/api/overview"):
                 response = await client.get(path, headers={"Authorization": f"Bearer {token}"})
@@ -458,8 +444,6 @@ async def test_tokens_need_the_pinned_algorithm_a_live_window_and_the_audience(s
         for reason in ("no exp (never expires)", "another issuer", "exp past the maximum lifetime from now"):
             login = await client.post("/admin/login", data={"token": _token({**jwt.decode(refused[reason], options={"verify_signature": False}), "admin": True})}, allow_redirects=False)
             assert login.status == 401 and "agentsearch_admin" not in login.cookies, (reason, "the dashboard verifies as the API does")
-    finally:
-        await client.close()
 
 
 async def test_a_dev_token_of_another_data_directory_is_told_so_and_the_token_command_mints_only_expiring_tokens(
@@ -484,22 +468,16 @@ async def test_a_dev_token_of_another_data_directory_is_told_so_and_the_token_co
     assert claims["iss"] == "agentsearch-dev" and claims["exp"] - claims["iat"] == 7200, claims
 
     dev = replace(settings, jwt_secret=None, jwt_issuer="agentsearch-dev", jwt_max_ttl_s=7200, embeddings_model=None, worker_in_process=False)
-    client = await _app(dev)
-    try:
+    async with running_app(dev) as client:
         answer = await client.get("/v1/index/status", headers={"Authorization": f"Bearer {minted['token']}"})
         message = (await answer.json())["error"]["message"]
         assert answer.status == 401 and "bad signature" in message and f"agentsearch token --data-dir {dev.data_dir.resolve()}" in message, message
         assert main(["token", "--data-dir", str(dev.data_dir), "--sub", "ann"]) == 0
         own = capsys.readouterr().out.strip()
         assert (await client.get("/v1/index/status", headers={"Authorization": f"Bearer {own}"})).status == 200
-    finally:
-        await client.close()
-    forged = await _app(replace(dev, jwt_secret=TEST_SECRET, data_dir=tmp_path / "configured"))
-    try:
+    async with running_app(dev, jwt_secret=TEST_SECRET, data_dir=tmp_path / "configured") as forged:
         answer = await forged.get("/v1/index/status", headers={"Authorization": f"Bearer {minted['token']}"})
         assert "data directory" not in (await answer.json())["error"]["message"], "a configured secret names no data directory"
-    finally:
-        await forged.close()
 
 
 def _forge_alg(token: str, algorithm: str) -> str:
@@ -517,7 +495,6 @@ def _forge_alg(token: str, algorithm: str) -> str:
 def _secret_payloads(secret: str, label: str) -> list[tuple[str, str, dict[str, Any], dict[str, str]]]:
     """Ingest requests that carry ``secret`` in a field meant for a value: every one must be refused."""
     user = auth("sam", org="acme")
-    admin = auth("root", admin=True)
     ok_package = {"type": "package", "id": f"{label}-ok", "summary": "fine"}
     catalog = [
         {"type": "secret", "id": "stripeKey", "description": "Stripe", field: secret}
@@ -537,7 +514,7 @@ def _secret_payloads(secret: str, label: str) -> list[tuple[str, str, dict[str, 
     auths += [{"type": "api_key", "secret_name": secret}, {"type": "oauth", "provider": "google", "access_token": secret}, {"type": "oauth", "provider": "google", "refresh_token": secret}]
     requests += [("PUT", "/v1/actions/instances", {"instances": [{**instance, "auth": auth_block}]}, user) for auth_block in auths]
     requests += [("PUT", "/v1/actions/instances", {"instances": [{**instance, "auth": {"type": "api_key", "secret_name": "K"}, "api_key": secret}]}, user)]
-    requests += [("PUT", "/v1/actions/templates", {"templates": [{"template": f"{label}-t", "display_name": "T", "auth": {"type": "api_key", "value": secret}, "actions": []}]}, admin)]
+    requests += [("PUT", "/v1/actions/templates", {"templates": [{"template": f"{label}-t", "display_name": "T", "auth": {"type": "api_key", "value": secret}, "actions": []}]}, ADMIN)]
     return [(method, path, body, headers) for method, path, body, headers in requests]
 
 
@@ -579,16 +556,15 @@ async def test_a_planted_secret_value_is_refused_everywhere_and_stored_nowhere(c
     label = f"plant{_letters(6)}"
     secret = f"sk_live_{_letters(8)}{random.randrange(10**12)}{_letters(8)}"
     marker = f"harmless{_letters()}"  # the positive control: stored text, found by the same scans
-    admin = auth("root", admin=True)
-    assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=admin)).status == 200
-    before = await (await client.get("/v1/index/status", headers=admin)).json()
+    assert (await client.put("/v1/actions/templates", json={"templates": TEMPLATES}, headers=ADMIN)).status == 200
+    before = await (await client.get("/v1/index/status", headers=ADMIN)).json()
 
     for method, path, body, headers in _secret_payloads(secret, label):
         status, response_headers, text = await _call(client, method, path, headers, body)
         assert 400 <= status < 500, (path, body, status, text)
         assert secret not in text and secret not in response_headers, "a refusal never echoes the value"
         assert orjson.loads(text)["error"]["message"]
-    after_refusals = await (await client.get("/v1/index/status", headers=admin)).json()
+    after_refusals = await (await client.get("/v1/index/status", headers=ADMIN)).json()
     assert after_refusals == before, "a refused batch writes nothing, not even its valid entities"
 
     control = {"type": "package", "id": f"{marker}-pkg", "summary": f"Shows the scans can see stored text {marker}"}
@@ -618,9 +594,8 @@ async def test_roots_and_scopes_refuse_every_way_out(settings: Settings, tmp_pat
     os.symlink("..", root / "src" / "up")
     os.symlink(base / "loop-root", base / "loop-root")
     os.symlink(outside, base / "door")
-    client = await _app(replace(settings, embeddings_model=None, revalidate_interval_s=0.0))
-    user = auth("walt")
-    try:
+    async with running_app(settings, embeddings_model=None, revalidate_interval_s=0.0) as client:
+        user = auth("walt")
         refused_roots = {
             str(base / "loop-root"): "validation_error",  # a symlink loop
             str(base / ("x" * 300)): "validation_error",  # a name the file system refuses
@@ -670,8 +645,6 @@ async def test_roots_and_scopes_refuse_every_way_out(settings: Settings, tmp_pat
         regex = await (await client.post(f"/v1/workspaces/{workspace_id}/search", json={"query": "PLANTED = '", "regex": True}, headers=user)).json()
         assert regex["results"] == [], regex
         assert [r["path"] for r in (await (await client.post(f"/v1/workspaces/{workspace_id}/search", json={"query": "handler", "mode": "lexical"}, headers=user)).json())["results"]] == ["src/app.py"]
-    finally:
-        await client.close()
 
 
 async def _state_is(client: Client, workspace_id: str, headers: dict[str, str], state: str) -> bool:
@@ -749,12 +722,10 @@ async def _chunks(data: bytes, size: int = 65_536) -> AsyncIterator[bytes]:
 
 async def test_request_size_limits_hold_on_every_body(settings: Settings) -> None:
     limit = 64 * 1024
-    client = await _app(replace(settings, client_max_size=limit, embeddings_model=None))
-    admin = auth("root", admin=True)
-    try:
-        response = await client.post("/v1/workspaces", json={"root": str(settings.allowed_roots[0])}, headers=admin)
+    async with running_app(settings, client_max_size=limit, embeddings_model=None) as client:
+        response = await client.post("/v1/workspaces", json={"root": str(settings.allowed_roots[0])}, headers=ADMIN)
         workspace_id = (await response.json())["id"]
-        before = await (await client.get("/v1/index/status", headers=admin)).json()
+        before = await (await client.get("/v1/index/status", headers=ADMIN)).json()
         filler = "x" * (limit + 1024)
         big = orjson.dumps({"entities": [{"type": "package", "id": "big", "summary": filler}], "query": filler, "instances": [], "templates": []})
         deep = b"[" * 100_000 + b"]" * 100_000  # too big before it is too deep
@@ -763,29 +734,25 @@ async def test_request_size_limits_hold_on_every_body(settings: Settings) -> Non
             path = path.replace("{id}", workspace_id)
             for body in (big, deep):
                 for data in (body, _chunks(body)):  # with a Content-Length, and chunked without one
-                    response = await client.request(method, path, data=data, headers={**admin, "Content-Type": "application/json"})
+                    response = await client.request(method, path, data=data, headers={**ADMIN, "Content-Type": "application/json"})
                     answer = await response.json()
                     assert response.status == 413 and answer["error"]["code"] == "payload_too_large", (method, path, answer)
-            response = await client.request(method, path, data=nested, headers={**admin, "Content-Type": "application/json"})
+            response = await client.request(method, path, data=nested, headers={**ADMIN, "Content-Type": "application/json"})
             answer = await response.json()
             assert response.status == 400 and answer["error"]["message"], (method, path, answer)
-        long_header = await client.get("/v1/index/status", headers={**admin, "X-Padding": "p" * 10_000})
+        long_header = await client.get("/v1/index/status", headers={**ADMIN, "X-Padding": "p" * 10_000})
         assert long_header.status in (400, 431)
-        long_query = await client.get("/admin/api/jobs?kind=" + "k" * 10_000, headers=admin)
+        long_query = await client.get("/admin/api/jobs?kind=" + "k" * 10_000, headers=ADMIN)
         assert long_query.status in (400, 414)
-        assert await (await client.get("/v1/index/status", headers=admin)).json() == before, "nothing refused was written"
-    finally:
-        await client.close()
+        assert await (await client.get("/v1/index/status", headers=ADMIN)).json() == before, "nothing refused was written"
 
 
 async def test_rate_limits_hold_per_surface_across_concurrent_calls_and_front_ends(settings: Settings, tmp_path: Path) -> None:
     """Two front ends on one Redis, each surface its own bucket: a free caller gets 80 catalog, 30
     action and 20 code searches a minute (the last two set for this test), however they are spread."""
     lexical = replace(settings, embeddings_model=None, code_search_rate_limits=(("free", 20, 1_000),), action_search_rate_limits=(("free", 30, 1_000),))
-    first = await _app(lexical)
-    second = await _app(replace(lexical, data_dir=tmp_path / "second-front-end", worker_in_process=False))
-    caller, bystander = auth(f"busy{_letters()}", plan="free"), auth(f"calm{_letters()}", plan="free")
-    try:
+    async with running_app(lexical) as first, running_app(lexical, data_dir=tmp_path / "second-front-end", worker_in_process=False) as second:
+        caller, bystander = auth(f"busy{_letters()}", plan="free"), auth(f"calm{_letters()}", plan="free")
         (settings.allowed_roots[0] / "repo").mkdir()
         (settings.allowed_roots[0] / "repo" / "a.py").write_text("def a():\n    return 1\n")
         response = await first.post("/v1/workspaces", json={"root": str(settings.allowed_roots[0] / "repo")}, headers=caller)
@@ -815,6 +782,4 @@ async def test_rate_limits_hold_per_surface_across_concurrent_calls_and_front_en
         # Refused bad input is not counted against anyone, and never reaches the limiter as a 5xx.
         bad = await first.post("/v1/catalog/search", json={"limit": "ten"}, headers=auth(f"fresh{_letters()}"))
         assert bad.status == 400
-    finally:
-        await second.close()
-        await first.close()
+

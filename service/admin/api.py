@@ -1,0 +1,141 @@
+"""The dashboard's JSON API under ``/admin/api``: counts, series, workers, index state and jobs, and
+the job actions (retry, abort, warm-up, sweep).
+
+Every handler authenticates itself: ``require_admin`` for reads, ``require_admin_action`` (CSRF
+for cookie sessions) for actions. An action posted by a plain HTML form gets a redirect back to
+its page with a notice instead of JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from service.admin.auth import require_admin, require_admin_action
+from service.admin.handlers import json_response, parse_job_query, redirect, redis_guard, state_of, wants_json
+from service.admin.health import worker_health
+from service.admin.indexstate import index_state
+from service.admin.sampler import series
+from service.errors import AgentSearchError, NotFound, ValidationError
+from service.state import ENGINE
+from service.validation import Fields, read_json
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/admin/api/overview")
+@redis_guard
+async def api_overview(request: web.Request) -> web.Response:
+    require_admin(request)
+    return json_response((await state_of(request).reader.overview()).as_dict())
+
+
+@routes.get("/admin/api/series")
+@redis_guard
+async def api_series(request: web.Request) -> web.Response:
+    require_admin(request)
+    return json_response(await series(state_of(request)))
+
+
+@routes.get("/admin/api/workers")
+@redis_guard
+async def api_workers(request: web.Request) -> web.Response:
+    require_admin(request)
+    return json_response({"workers": await worker_health(state_of(request).reader), "health_check_interval_s": request.app[ENGINE].settings.worker_health_check_s})
+
+
+@routes.get("/admin/api/index")
+@redis_guard
+async def api_index(request: web.Request) -> web.Response:
+    require_admin(request)
+    return json_response(await index_state(request.app[ENGINE]))
+
+
+@routes.get("/admin/api/jobs")
+@redis_guard
+async def api_jobs(request: web.Request) -> web.Response:
+    require_admin(request)
+    query = parse_job_query(request, strict=True)
+    return json_response((await state_of(request).table.list_jobs(query)).as_dict())
+
+
+# Actions first: their paths end in /retry or /abort, which the detail route's pattern also matches.
+@routes.post("/admin/api/jobs/{job_id:.+}/retry")
+@redis_guard
+async def api_retry(request: web.Request) -> web.StreamResponse:
+    session = await require_admin_action(request)
+    job_id = request.match_info["job_id"]
+    try:
+        row = await state_of(request).actions.retry(job_id, admin=session.caller.sub)
+    except AgentSearchError as exc:
+        if wants_json(request):
+            raise
+        raise redirect(f"/admin/jobs/{quote(job_id, safe='')}", f"Retry refused: {exc.message}") from None
+    if not wants_json(request):
+        raise redirect(f"/admin/jobs/{quote(row.id, safe='')}", f"Job {job_id} retried as {row.id}.")
+    return json_response({"job": row.as_dict(full=True), "retry_of": job_id}, status=201)
+
+
+@routes.post("/admin/api/jobs/{job_id:.+}/abort")
+@redis_guard
+async def api_abort(request: web.Request) -> web.StreamResponse:
+    session = await require_admin_action(request)
+    job_id = request.match_info["job_id"]
+    try:
+        outcome = await state_of(request).actions.abort(job_id, admin=session.caller.sub)
+    except AgentSearchError as exc:
+        if wants_json(request):
+            raise
+        raise redirect(f"/admin/jobs/{quote(job_id, safe='')}", f"Abort refused: {exc.message}") from None
+    if not wants_json(request):
+        raise redirect(f"/admin/jobs/{quote(job_id, safe='')}", f"Abort of job {job_id} requested.")
+    return json_response(outcome, status=202)
+
+
+@routes.get("/admin/api/jobs/{job_id:.+}")
+@redis_guard
+async def api_job(request: web.Request) -> web.Response:
+    require_admin(request)
+    job_id = request.match_info["job_id"]
+    row = await state_of(request).reader.job(job_id)
+    if row is None:
+        raise NotFound(f"no job {job_id!r}: it never existed, or it finished over an hour ago and its result expired")
+    return json_response(row.as_dict(full=True))
+
+
+@routes.post("/admin/api/warm")
+@redis_guard
+async def api_warm(request: web.Request) -> web.StreamResponse:
+    """Re-enqueue a workspace's warm-up: ``{"workspace": "ws_..."}`` as JSON or a form field."""
+    session = await require_admin_action(request)
+    if request.content_type == "application/json":
+        fields = Fields(await read_json(request))
+        workspace_id = fields.str("workspace", required=True, max_length=200, non_empty=True)
+        fields.reject_unknown()
+    else:
+        workspace_id = str((await request.post()).get("workspace") or "").strip()
+        if not workspace_id:
+            raise ValidationError("workspace is required: the id of a registered workspace (ws_...)")
+    return await _enqueue_action(request, lambda: state_of(request).actions.warm_workspace(workspace_id, admin=session.caller.sub), "warm-up")
+
+
+@routes.post("/admin/api/sweep")
+@redis_guard
+async def api_sweep(request: web.Request) -> web.StreamResponse:
+    session = await require_admin_action(request)
+    return await _enqueue_action(request, lambda: state_of(request).actions.sweep_now(admin=session.caller.sub), "sweep")
+
+
+async def _enqueue_action(request: web.Request, act: Any, what: str) -> web.StreamResponse:
+    try:
+        outcome = await act()
+    except AgentSearchError as exc:
+        if wants_json(request):
+            raise
+        raise redirect("/admin", f"The {what} was refused: {exc.message}") from None
+    if not wants_json(request):
+        raise redirect("/admin", f"Enqueued the {what} as job {outcome['id']}.")
+    return json_response(outcome, status=202)
+

@@ -26,9 +26,10 @@ from service.middleware import (
     server_timing_on_prepare,
 )
 from service.settings import Settings
-from service.state import ENGINE, ERROR_RENDERERS, SETTINGS, WORKER_STATE
+from service.state import ENGINE, ERROR_RENDERERS, JOB_NAMES, SETTINGS, WORKER_STATE
 from service.status import routes as status_routes
 from service.surfaces import setup_surface_routes, surfaces
+from workers.jobs import registered_job_names
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> web.Appli
         ],
     )
     app[SETTINGS] = settings
+    app[JOB_NAMES] = registered_job_names()
     renderers: dict[str, Callable[[AgentSearchError], web.Response]] = {"/mcp": mcp_error_response}  # an MCP client reads JSON-RPC errors
     app[ERROR_RENDERERS] = renderers
     app.cleanup_ctx.append(_engine_context(engine))

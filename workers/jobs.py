@@ -68,6 +68,11 @@ async def reindex_job(ctx: dict[str, Any]) -> dict[str, Any]:
     return report.as_dict()
 
 
+def registered_job_names() -> frozenset[str]:
+    """Every job name a worker of this deployment runs, the cron sweeper's included."""
+    return frozenset({*job_table(), "sweep_cron"})
+
+
 def job_table() -> dict[str, JobDef]:
     """Every job by name. Surfaces contribute theirs."""
     from service.surfaces import surface_jobs

@@ -32,17 +32,11 @@ SWEEP_JOB = "sweep"
 LINK_TTL_S = 2 * 3600
 
 
-def registered_functions() -> set[str]:
-    """Every job name a worker of this deployment runs (the cron sweeper's included)."""
-    from workers.jobs import job_table
-
-    return {*job_table(), "sweep_cron"}
-
-
 class JobActions:
     """The actions of one app; every one is logged with the admin who asked."""
 
-    def __init__(self, engine: Engine, reader: QueueReader) -> None:
+    def __init__(self, engine: Engine, reader: QueueReader, job_names: frozenset[str]) -> None:
+        self.job_names = job_names
         self.engine = engine
         self.reader = reader
         self.redis = engine.redis
@@ -59,7 +53,7 @@ class JobActions:
         row = await self._existing(job_id)
         if row.status is not JobStatus.FAILED:
             raise Conflict(f"job {job_id} is {row.status.value}; only a failed job can be retried")
-        if row.function not in registered_functions():
+        if row.function not in self.job_names:
             raise Conflict(f"job {job_id} ran {row.function!r}, which no worker runs; it cannot be retried")
         new_id = f"{self.keys.prefix}:retry:{uuid.uuid4().hex[:16]}"
         try:
@@ -97,7 +91,7 @@ class JobActions:
 
     async def warm_workspace(self, workspace_id: str, *, admin: str) -> dict[str, Any]:
         """Enqueue the warm-up of a registered workspace on the fast queue."""
-        if WARM_JOB not in registered_functions():
+        if WARM_JOB not in self.job_names:
             raise NotFound(f"job {WARM_JOB} is not registered in this deployment (no code surface)")
         if workspace_tenant(self.engine, workspace_id) is None:
             raise NotFound(f"no workspace {workspace_id!r}; a workspace id is ws_ followed by 20 hex digits, as POST /v1/workspaces returned it")

@@ -26,7 +26,7 @@ from service.admin.keys import AdminKeys
 from service.admin.queues import QueueReader, now_ms
 from service.admin.targets import JobDescriber
 from service.engine.runtime import Engine
-from service.state import ENGINE
+from service.state import ENGINE, JOB_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,9 @@ ADMIN = web.AppKey("admin", AdminState)
 SAMPLE_INTERVAL = web.AppKey("admin_sample_interval_s", float)
 
 
-def admin_state(engine: Engine, interval_s: float) -> AdminState:
+def admin_state(engine: Engine, interval_s: float, job_names: frozenset[str]) -> AdminState:
     reader = QueueReader(engine, JobDescriber(engine))
-    return AdminState(engine=engine, reader=reader, table=JobTable(reader), actions=JobActions(engine, reader), keys=AdminKeys(engine.settings.queue_prefix), interval_s=interval_s)
+    return AdminState(engine=engine, reader=reader, table=JobTable(reader), actions=JobActions(engine, reader, job_names), keys=AdminKeys(engine.settings.queue_prefix), interval_s=interval_s)
 
 
 async def record_sample(state: AdminState) -> bool:
@@ -111,7 +111,7 @@ async def _sample_until(state: AdminState, stop: asyncio.Event) -> None:
 
 async def admin_context(app: web.Application) -> AsyncIterator[None]:
     """The dashboard's state and its sampler task, for the app's lifetime."""
-    state = admin_state(app[ENGINE], app.get(SAMPLE_INTERVAL, DEFAULT_INTERVAL_S))
+    state = admin_state(app[ENGINE], app.get(SAMPLE_INTERVAL, DEFAULT_INTERVAL_S), app[JOB_NAMES])
     app[ADMIN] = state
     stop = asyncio.Event()
     task = asyncio.create_task(_sample_until(state, stop))

@@ -45,6 +45,7 @@ import orjson
 from aiohttp import web
 
 from bench.common import PACKAGES, machine, percentile, versions
+from bench.datasets import ACTIONS_CATALOG, dataset
 from service.actions.index import embed_text, humanize
 from service.actions.loader import http_batches, read_catalog_file
 from service.actions.model import SearchRequest
@@ -58,7 +59,6 @@ from service.engine.queue import forget_deployment
 from service.settings import Settings
 from service.state import ENGINE
 
-CATALOG_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "actions" / "openapi-actions.jsonl.gz"
 FULL_CATALOG_ACTIONS = 124_730
 QUICK_SIZES = (1_000, 10_000)
 # Quick subsets skip the giant templates (Microsoft Graph has 21,943 actions) so a size means many services.
@@ -109,7 +109,7 @@ class SizeResult:
 def choose_templates(target_actions: int | None) -> list[dict[str, Any]]:
     """Whole templates in key order until ``target_actions`` (None: the whole catalog)."""
     chosen, total = [], 0
-    for raw in read_catalog_file(CATALOG_FILE):
+    for raw in read_catalog_file(dataset(ACTIONS_CATALOG)):
         if target_actions is not None and len(raw["actions"]) > QUICK_MAX_TEMPLATE_ACTIONS:
             continue
         chosen.append(raw)

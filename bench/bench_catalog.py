@@ -44,6 +44,7 @@ import numpy as np
 import orjson
 from aiohttp import web
 
+from bench.datasets import METATOOL_QUERIES, METATOOL_TOOLS, dataset
 from service.app import create_app
 from service.auth import mint_token
 from service.catalog.keys import COLLECTION
@@ -53,9 +54,6 @@ from service.engine.store import Match
 from service.settings import Settings
 from service.state import ENGINE
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tools"
-TOOLS_FILE = DATA / "metatool-tools.json"
-QUERIES_FILE = DATA / "metatool-queries.csv"
 SECRET = "bench-secret-for-agentsearch-catalog-0123456789"
 QUICK_SIZES = (1_000, 10_000)
 FULL_SIZE = 100_000
@@ -115,12 +113,12 @@ class QualityResult:
 
 
 def metatool_tools() -> dict[str, str]:
-    tools: dict[str, str] = orjson.loads(TOOLS_FILE.read_bytes())
+    tools: dict[str, str] = orjson.loads(dataset(METATOOL_TOOLS).read_bytes())
     return tools
 
 
 def metatool_queries() -> list[tuple[str, str]]:
-    with QUERIES_FILE.open(newline="") as handle:
+    with dataset(METATOOL_QUERIES).open(newline="") as handle:
         return [(row["Query"], row["Tool"]) for row in csv.DictReader(handle)]
 
 

@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine, percentile, versions
+from bench.datasets import COSQA_CORPUS, COSQA_QUERIES, dataset
+from service.code.model import workspace_filter
 from service.code.parsing import Mode, SearchRequest
-from service.code.runtime import close_workspaces, workspace_filter, workspaces_of
 from service.code.search import search_workspace
 from service.code.semantic import embed_scope, embedder_for
+from service.code.state import close_workspaces, workspaces_of
 from service.code.workspace import SearchConfig, Workspace
 from service.engine.embeddings import load_sentence_transformer, local_model_path
 from service.engine.runtime import Engine
@@ -44,9 +46,6 @@ from service.engine.startup import open_engine
 from service.settings import Settings
 from service.surfaces import surfaces
 
-COSQA = Path(__file__).resolve().parents[2] / "shared" / "data" / "code"
-if not COSQA.exists():
-    COSQA = Path("/work/shared/data/code")
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 QUICK_SKIP = ("site-packages", "test", "idlelib", "tkinter", "lib2to3", "__pycache__")
 FULL_SKIP = ("site-packages", "__pycache__")
@@ -289,8 +288,8 @@ def rrf_files(lexical: Sequence[int], dense: Sequence[int], k: int, dense_weight
 
 
 async def cosqa_quality(engine: Engine, root: Path) -> dict[str, dict[str, float]]:
-    corpus = json.loads((COSQA / "cosqa-corpus.json").read_text())
-    queries = json.loads((COSQA / "cosqa-dev-500.json").read_text())
+    corpus = json.loads(dataset(COSQA_CORPUS).read_text())
+    queries = json.loads(dataset(COSQA_QUERIES).read_text())
     (root / "snippets").mkdir(parents=True, exist_ok=True)
     for item in corpus:
         path = root / "snippets" / f"{item['idx']}.py"

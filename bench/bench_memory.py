@@ -41,10 +41,10 @@ import orjson
 
 from bench.bench_catalog import build_catalog
 from bench.common import machine, versions
+from bench.datasets import ACTIONS_CATALOG, dataset
 from bench.loadtest import ADMIN, USER, Service, forget_keys, put
 from service.actions.loader import read_catalog_file
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 QUICK: dict[str, int | None] = {"entities": 10_000, "actions": 10_000}
 FULL: dict[str, int | None] = {"entities": 100_000, "actions": None}
@@ -93,7 +93,7 @@ def json_size(items: Sequence[Any]) -> int:
 
 def action_templates(limit: int | None) -> list[dict[str, Any]]:
     chosen, total = [], 0
-    for raw in read_catalog_file(DATA / "actions" / "openapi-actions.jsonl.gz"):
+    for raw in read_catalog_file(dataset(ACTIONS_CATALOG)):
         chosen.append(raw)
         total += len(raw["actions"])
         if limit is not None and total >= limit:

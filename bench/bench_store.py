@@ -33,7 +33,8 @@ import numpy as np
 
 from service.engine.store import CollectionSpec, Filter, Match, PointRecord, Store, VectorSpec, point_id
 from service.engine.store.client import QdrantClientStore
-from service.engine.store.edge import EXACT_SEARCH_POINTS, EdgeStore
+from service.engine.store.edge import EdgeStore
+from service.engine.store.edge_collection import EXACT_SEARCH_POINTS
 
 DIM = 384
 VOCABULARY = 20_000

@@ -36,12 +36,12 @@ import orjson
 import redis.asyncio as aioredis
 
 from bench.common import machine, percentile, versions
+from bench.datasets import ACTIONS_CATALOG, COSQA_QUERIES, METATOOL_QUERIES, METATOOL_TOOLS, dataset
 from service.actions.loader import read_catalog_file
 from service.auth import mint_token
 from service.engine.queue import forget_deployment
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 SECRET = "loadtest-secret-" + "0" * 32
 # Share of each search kind in the mix; the rest of the arrivals are code searches.
@@ -139,19 +139,19 @@ async def put(http: aiohttp.ClientSession, url: str, body: dict[str, Any], auth:
 
 
 def capabilities() -> list[dict[str, Any]]:
-    tools: dict[str, str] = orjson.loads((DATA / "tools" / "metatool-tools.json").read_bytes())
+    tools: dict[str, str] = orjson.loads(dataset(METATOOL_TOOLS).read_bytes())
     return [{"type": "capability", "id": name, "domain": "metatool", "title": name, "summary": text.strip() or name} for name, text in tools.items()]
 
 
 def catalog_queries(rng: random.Random, count: int) -> list[str]:
-    with (DATA / "tools" / "metatool-queries.csv").open(newline="") as handle:
+    with dataset(METATOOL_QUERIES).open(newline="") as handle:
         queries = [row["Query"] for row in csv.DictReader(handle)]
     return rng.sample(queries, count)
 
 
 def action_templates(max_actions: int) -> list[dict[str, Any]]:
     chosen, total = [], 0
-    for raw in read_catalog_file(DATA / "actions" / "openapi-actions.jsonl.gz"):
+    for raw in read_catalog_file(dataset(ACTIONS_CATALOG)):
         if len(raw["actions"]) <= 12:
             chosen.append(raw)
             total += len(raw["actions"])
@@ -161,7 +161,7 @@ def action_templates(max_actions: int) -> list[dict[str, Any]]:
 
 
 def code_queries(rng: random.Random, count: int) -> list[str]:
-    rows = orjson.loads((DATA / "code" / "cosqa-dev-500.json").read_bytes())
+    rows = orjson.loads(dataset(COSQA_QUERIES).read_bytes())
     return [row["query"] for row in rng.sample(rows, count)]
 
 

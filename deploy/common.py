@@ -1,7 +1,7 @@
 """What the deploy checks share: the ``Problem`` they report, YAML loading, and the check of an
 agentsearch process's environment against the service's own settings code.
 
-The environment check is the strongest one here: it runs ``service.settings.load_settings`` on the
+The environment check is the strongest one here: it runs ``service.settings_loader.load_settings`` on the
 variables a compose service or a Kubernetes container would get, so a value the service would
 refuse at start (``AGENTSEARCH_QDRANT_SHARD_NUMBER: "six"``, a ``QDRANT_URL`` without a scheme, no
 JWT secret beside ``QDRANT_URL``) fails here, and so does a misspelt ``AGENTSEARCH_*`` name, which
@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from service.errors import SettingsError
-from service.settings import ENV_PREFIX, Settings, env_name, load_settings
+from service.settings import ENV_PREFIX, Settings, env_name
+from service.settings_loader import load_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from service.errors import SettingsError
 from service.logs import configure_logging
-from service.settings import Settings, load_settings
+from service.settings import Settings
+from service.settings_loader import load_settings
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -82,7 +83,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from service.migrate import run_reindex
+    from service.reindex_command import run_reindex
 
     return run_reindex(_settings(args), as_json=args.json, wait=not args.no_wait, team_orgs=args.team_org or ())
 

@@ -31,7 +31,9 @@ Those any layer raises or catches are defined here; those private to one module 
 
     SettingsError                         a setting is missing or invalid: the CLI prints it, exits 2
     EmbeddingUnavailable                  the embeddings model failed or timed out: each surface's
-    │                                     search answers lexically with a notice; workers.jobs retries
+    │                                     search answers lexically with a notice; workers.jobs retries;
+    │                                     a worker starts without the model; ``agentsearch reindex``
+    │                                     exits 2
     └── EmbeddingsDisabled                no model is configured: workers.jobs leaves records pending
     service.engine.store.StoreError       the store failed (the store package imports no service
     │                                     module): surfaces fall back to lexical results, health
@@ -40,13 +42,16 @@ Those any layer raises or catches are defined here; those private to one module 
     ├── StoreFullError                    the data volume is full: middleware answers 507
     │                                     InsufficientStorage
     └── StoreLockedError                  another process holds the index directory: the CLI exits 2;
-                                          service.migrate hands the reindex to the running service
-    service.engine.migrate.ReindexNotFinished   the reindex slice ran out of time: workers.jobs
+                                          service.reindex_command hands the reindex to the running service
+    service.engine.reindex.ReindexNotFinished   the reindex slice ran out of time: workers.jobs
                                           retries the job at once
-    service.catalog.rerank.ScorerError    the rerank scorer failed or cannot load: catalog search
+    service.catalog.scorers.ScorerError   the rerank scorer failed or cannot load: catalog search
                                           keeps hybrid order (rerank fallback-error)
-    service.catalog.timing.SearchAbandoned  the search deadline passed between phases:
-                                          service.catalog.routes answers the deadline answer
+    service.engine.deadline.SearchAbandoned  the search deadline passed (or the request gave up)
+                                          between phases: service.engine.surface answers the
+                                          surface's past-deadline answer (504 DeadlineExceeded when
+                                          it has none; the catalog's, service.catalog.search, is an
+                                          isError answer with status 200)
     service.code.scope.ScopeError         a path or glob leaves the workspace: code search answers
     │                                     400 PathOutsideWorkspace
     └── ScopeNotFound                     the path does not exist: code search answers 404 NotFound
@@ -54,6 +59,9 @@ Those any layer raises or catches are defined here; those private to one module 
                                           retries the job in a second
     service.code.trigram.IndexLocked      another writer holds the trigram index: code search
                                           answers from the index as it is, with a notice
+    service.code.matchers._ProtocolError  a regex matching process answered outside its protocol:
+                                          the pool kills the process; the regex search answers the
+                                          matches so far with a notice
     service.mcp.jsonrpc.RpcError          a JSON-RPC error: MCP answers it as a JSON-RPC error object
                                           (over HTTP with its ``http_status``); AgentSearchError
                                           becomes one through ``rpc_error_of``

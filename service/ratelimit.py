@@ -1,8 +1,12 @@
-"""Per-plan abuse rate limits of the three search surfaces (per minute and per day), kept in Redis.
+"""Abuse rate limits kept in Redis: per plan for the three search surfaces (per minute and per
+day), per user for workspace registrations (per minute).
 
 Catalog search has the published ceilings (free 80/min and 1,000/day, standard 160/5,000, pro
 200/10,000, max 240/25,000); code search and action search have their own buckets, with per-plan
-numbers from settings. An MCP tool call counts in the bucket of its HTTP surface.
+numbers from settings. An MCP tool call counts in the bucket of its HTTP surface. Workspace
+registrations that change something have one more bucket, a minute window of
+``workspace_registrations_per_minute`` whatever the plan, enforced even with the search limits
+turned off (``rate_limits_enabled``).
 
 Each window is a sliding window kept as a few per-slot counters (a hash per caller, surface and
 window: slot -> "count:newest call in ms"). One Lua script reads both windows of a surface and
@@ -16,15 +20,16 @@ per call (25,000 a day for the max plan). The clock is Redis's own, read inside 
 front ends with skewed clocks, and calls overtaking each other on the way to Redis, share one
 timeline.
 
-When Redis is unreachable the limit is not enforced (searches keep answering) and a warning is
-logged.
+Every bucket lives under the deployment's prefix, so the front ends of one deployment share it and
+another deployment on the same Redis does not. When Redis is unreachable no bucket is enforced
+(searches and registrations keep answering) and a warning is logged.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -70,7 +75,10 @@ class Window:
     slot_seconds: int
 
 
-WINDOWS = (Window("minute", 60, 1), Window("day", 86_400, 900))
+MINUTE, DAY = Window("minute", 60, 1), Window("day", 86_400, 900)
+WINDOWS = (MINUTE, DAY)
+# The key segment of the workspace-registration bucket (a search surface's is its value).
+REGISTRATIONS = "registration"
 
 # KEYS: one hash per window. ARGV: now (ms; empty: Redis's own clock), then per window its length
 # (ms), slot width (ms) and limit. A slot's field is its index (now // slot width); its value "count:newest" (ms).
@@ -164,6 +172,22 @@ class RateLimitExceeded:
         )
 
 
+@dataclass(frozen=True)
+class RegistrationsExceeded:
+    """The registration bucket refused: its limit, and when one more registration will be allowed."""
+
+    limit: int
+    retry_after_s: int
+
+    def error(self) -> RateLimited:
+        return RateLimited(
+            f"{self.limit} workspace registrations in the last minute, the most one user may make "
+            f"(workspace_registrations_per_minute); retry in {self.retry_after_s}s. Registering unchanged settings again is free.",
+            details={"rateLimit": {"limit": self.limit, "window_s": MINUTE.seconds, "retryAfterSeconds": self.retry_after_s}},
+            headers={"Retry-After": str(self.retry_after_s)},
+        )
+
+
 def limits_from_settings(settings: Settings) -> dict[Surface, PlanLimits]:
     """Each surface's per-plan (per minute, per day) ceilings: the published ones for catalog search, the
     settings' for code and action search."""
@@ -179,7 +203,8 @@ def limits_from_settings(settings: Settings) -> dict[Surface, PlanLimits]:
 
 
 class RateLimiter:
-    """Counts allowed searches per caller and surface; refused ones are not counted."""
+    """Counts allowed searches per caller and surface, and registrations per caller; refused ones
+    are not counted."""
 
     def __init__(
         self,
@@ -188,23 +213,32 @@ class RateLimiter:
         *,
         enabled: bool = True,
         limits: Mapping[Surface, PlanLimits] | None = None,
+        registrations_per_minute: int = 30,
     ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._enabled = enabled
         self._limits: Mapping[Surface, PlanLimits] = limits or {surface: PLAN_LIMITS for surface in Surface}
+        self._registrations_per_minute = registrations_per_minute
         self._script = redis.register_script(_CHECK_AND_RECORD)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> RateLimiter:
-        return cls(redis, settings.queue_prefix, enabled=settings.rate_limits_enabled, limits=limits_from_settings(settings))
+        return cls(
+            redis,
+            settings.queue_prefix,
+            enabled=settings.rate_limits_enabled,
+            limits=limits_from_settings(settings),
+            registrations_per_minute=settings.workspace_registrations_per_minute,
+        )
 
     def limits(self, surface: Surface, plan: Plan) -> tuple[int, int]:
         """(per minute, per day) of ``plan`` on ``surface``."""
         return self._limits[surface][plan]
 
-    def key(self, caller: Caller, surface: Surface, window: Window) -> str:
-        return f"{self._prefix}:ratelimit:{surface.value}:{caller.sub}:{window.name}"
+    def key(self, caller: Caller, bucket: Surface | str, window: Window) -> str:
+        """The Redis hash of ``caller``'s ``window`` in ``bucket`` (a surface, or ``REGISTRATIONS``)."""
+        return f"{self._prefix}:ratelimit:{bucket}:{caller.sub}:{window.name}"
 
     async def check(self, caller: Caller, surface: Surface, now: float | None = None) -> RateLimitExceeded | None:
         """Count one ``surface`` search for ``caller`` if every window allows it; else the window
@@ -212,17 +246,37 @@ class RateLimiter:
         read in the order the calls are counted. ``now`` (epoch seconds) replaces it in tests."""
         if not self._enabled:
             return None
-        limits = dict(zip((w.name for w in WINDOWS), self.limits(surface, caller.plan), strict=True))
+        limits = self.limits(surface, caller.plan)
+        refused = await self._take(caller, surface, tuple(zip(WINDOWS, limits, strict=True)), now)
+        if refused is None:
+            return None
+        window, limit, wait_s = refused
+        return RateLimitExceeded(caller.plan, window.name, limit, wait_s, surface)
+
+    async def check_registration(self, caller: Caller, now: float | None = None) -> RegistrationsExceeded | None:
+        """Count one workspace registration for ``caller`` if the minute allows it; else when one more
+        will be allowed (nothing counted). The same clock, rule and Redis fallback as ``check``."""
+        refused = await self._take(caller, REGISTRATIONS, ((MINUTE, self._registrations_per_minute),), now)
+        if refused is None:
+            return None
+        _, limit, wait_s = refused
+        return RegistrationsExceeded(limit, wait_s)
+
+    async def _take(
+        self, caller: Caller, bucket: Surface | str, windows: Sequence[tuple[Window, int]], now: float | None
+    ) -> tuple[Window, int, int] | None:
+        """Run the check-and-record script over ``windows`` (each with its limit) of ``bucket``: None
+        when the call was counted (or Redis is unreachable), else the refusing window, its limit and
+        the wait in whole seconds (at least 1)."""
         args: list[int | str] = ["" if now is None else int(now * 1000)]
-        for window in WINDOWS:
-            args.extend((window.seconds * 1000, window.slot_seconds * 1000, limits[window.name]))
+        for window, limit in windows:
+            args.extend((window.seconds * 1000, window.slot_seconds * 1000, limit))
         try:
-            result = await self._script(keys=[self.key(caller, surface, w) for w in WINDOWS], args=args)
+            result = await self._script(keys=[self.key(caller, bucket, window) for window, _ in windows], args=args)
         except (RedisError, OSError) as exc:
-            log.warning("rate limit not enforced: Redis unreachable", extra={"error": str(exc), "surface": surface.value})
+            log.warning("rate limit not enforced: Redis unreachable", extra={"error": str(exc), "surface": str(bucket)})
             return None
         if int(result[0]) == 1:
             return None
-        window = WINDOWS[int(result[1]) - 1]
-        wait_s = max(1, math.ceil(int(result[2]) / 1000))
-        return RateLimitExceeded(caller.plan, window.name, limits[window.name], wait_s, surface)
+        window, limit = windows[int(result[1]) - 1]
+        return window, limit, max(1, math.ceil(int(result[2]) / 1000))

@@ -1,4 +1,16 @@
-"""Shared fixtures: real Redis (a key prefix per test), the real model, the app on a real test server."""
+"""Shared fixtures: real Redis (a key prefix per test), the real model, the app on a real test server.
+
+How the suite is organised: test folders mirror the code they test (``catalog/``, ``code/``,
+``actions/``, ``admin/``, ``mcp/``, ``engine/`` with ``engine/store/``, ``workers/``); files at the top
+test the top-level modules of ``service/`` (settings, rate limits, routing, errors, the app's HTTP
+skeleton) and the repository (docs, deploy files, import layers); ``reliability/`` holds the
+cross-cutting properties, security and fault tests and ``e2e/`` the paths across ``agentsearch``
+processes. Every test starts the app through one of the starters of ``tests/helpers.py``
+(``running_app``, which the ``client`` fixture uses, ``app_in_thread``, ``serving``,
+``ServiceProcess``, ``serve_until_exit``; ``stand_in`` serves a test's own fake remote endpoint),
+and calls it as one of the callers of ``tests/callers.py`` (``ALICE``, ``BOB``, ``ADMIN``, their
+named variants, or ``auth(sub, **claims)``), so a caller's claims are defined in one place.
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,32 @@
-"""How tests start the app: in process on a real test server (``running_app``) or as its own
-``python -m service serve`` process (``serving``), plus the polling and settings helpers every test
-folder uses."""
+"""How tests start the app, plus the polling and settings helpers every test folder uses.
+
+The starters, one for each way a test needs the app:
+
+- ``running_app``: in this process on a real test server (the ``client`` fixture, most tests).
+- ``app_in_thread``: ``running_app`` on an event loop of its own in a thread, for synchronous
+  clients (the schema fuzzer).
+- ``serving``: ``python -m service serve`` as its own process, ready, stopped with SIGTERM.
+- ``ServiceProcess``: that process started, SIGKILLed and started again on one port and data
+  directory (the fault tests).
+- ``serve_until_exit``: that process when it must refuse to start: its exit status and output.
+
+``stand_in`` is not the app: it serves a small app of a test's own that plays a remote endpoint
+the service calls (a rerank scorer, an embeddings model).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import ExitStack, asynccontextmanager
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -21,6 +37,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from service.app import create_app
 from service.settings import Settings
+from tests.callers import TEST_SECRET
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +61,48 @@ async def running_app(
         await client.close()
 
 
+@dataclass(frozen=True)
+class ThreadedApp:
+    """The app served from a thread of its own: its settings and base URL."""
+
+    settings: Settings
+    url: str
+
+
+@contextmanager
+def app_in_thread(settings: Settings, *, start_timeout_s: float = 120.0, stop_timeout_s: float = 180.0) -> Iterator[ThreadedApp]:
+    """``running_app`` of ``settings`` on an event loop of its own, run by a thread: for a synchronous
+    client (schemathesis, ``requests``), which would block the test's loop and with it the server.
+    Closed, engine and worker included, and the thread ended on exit."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="app-in-thread", daemon=True)
+    thread.start()
+    try:
+        context = running_app(settings)
+        client = asyncio.run_coroutine_threadsafe(context.__aenter__(), loop).result(timeout=start_timeout_s)
+        try:
+            yield ThreadedApp(settings, str(client.make_url("")).rstrip("/"))
+        finally:
+            asyncio.run_coroutine_threadsafe(context.__aexit__(None, None, None), loop).result(timeout=stop_timeout_s)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+@asynccontextmanager
+async def stand_in(app: web.Application) -> AsyncIterator[str]:
+    """A small real HTTP server of a test's own ``app`` on a free loopback port, playing a remote
+    endpoint the service calls (a rerank scorer, an embeddings model); yields its base URL. A
+    handler is cancelled when its client hangs up, so a stand-in can count abandoned calls."""
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -51,12 +110,14 @@ def free_port() -> int:
         return port
 
 
+def serve_command(port: int, *args: str) -> list[str]:
+    """The command line of ``python -m service serve`` on loopback ``port``, with ``args`` after it."""
+    return [sys.executable, "-m", "service", "serve", "--port", str(port), *args]
+
+
 async def spawn_service(env: dict[str, str], port: int, *, stdout: IO[bytes] | int | None, stderr: IO[bytes] | int | None) -> asyncio.subprocess.Process:
     """``python -m service serve --port PORT`` with ``env``, from the repository root."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "service", "serve", "--port", str(port),
-        env=env, cwd=ROOT, stdout=stdout, stderr=stderr,
-    )  # fmt: skip
+    return await asyncio.create_subprocess_exec(*serve_command(port), env=env, cwd=ROOT, stdout=stdout, stderr=stderr)
 
 
 @dataclass
@@ -107,6 +168,96 @@ async def serving(
                 assert process.returncode in (0, -signal.SIGTERM), err.decode() if err is not None else log_path and log_path.read_text()[-3000:]
 
 
+async def serve_until_exit(env: dict[str, str], log_path: Path, *, timeout_s: float = 120.0) -> tuple[int, str]:
+    """``python -m service serve`` that is expected to refuse to start: its exit status and its
+    output (stdout and stderr, also left in ``log_path``). Killed, and the test failed by the
+    timeout, if it is still running after ``timeout_s``."""
+    with log_path.open("wb") as log_file:
+        process = await spawn_service(env, free_port(), stdout=log_file, stderr=log_file)
+        try:
+            returncode = await asyncio.wait_for(process.wait(), timeout=timeout_s)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    return returncode, log_path.read_text()
+
+
+class ServiceProcess:
+    """One ``python -m service serve`` child on a free loopback port that a test starts, kills and
+    starts again (the fault tests): the same port, data directory and log file each time.
+
+    The child gets ``data_dir``, the tests' JWT secret, offline model loading, WARNING logs and
+    ``env`` on top of this process's environment. Its log (stdout and stderr) is appended to
+    ``log_path``, whose tail a failed start shows, so a failing fault test says why.
+    """
+
+    def __init__(self, data_dir: Path, log_path: Path, **env: str) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "AGENTSEARCH_JWT_SECRET": TEST_SECRET,
+            "AGENTSEARCH_LOG_LEVEL": "WARNING",
+            **env,
+        }
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    async def start(self, *, ready_timeout_s: float = 90.0) -> None:
+        """Start the child and wait until /readyz says ready (Redis, store and the model)."""
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(serve_command(self.port, "--data-dir", str(self.data_dir)), cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + ready_timeout_s
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if self._process.poll() is not None:
+                    raise AssertionError(f"agentsearch serve exited with {self._process.returncode}:\n{self.log_tail()}")
+                try:
+                    async with session.get(f"{self.url}/readyz") as response:
+                        if response.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"agentsearch serve not ready within {ready_timeout_s}s:\n{self.log_tail()}")
+                await asyncio.sleep(0.2)
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup context runs, no flush, the lock is left as the kernel leaves it."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL)
+        self._process.wait(timeout=30)
+        self._process = None
+
+    def stop(self) -> None:
+        """SIGTERM and wait (the normal shutdown); SIGKILL if it does not go within 60 s."""
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=30)
+        self._process = None
+
+
 async def wait_until(predicate: Callable[[], Any], timeout_s: float = 60.0, interval_s: float = 0.2) -> None:
     """Poll an (async) predicate until true; fail the test with a timeout otherwise."""
     deadline = asyncio.get_running_loop().time() + timeout_s
@@ -127,7 +278,7 @@ def with_settings(settings: Settings, **changes: Any) -> Settings:
 
 def reindex_in_process(settings: Settings, **kwargs: Any) -> int:
     """``agentsearch reindex`` in this process; the logging it configures for its own run is undone after."""
-    from service.migrate import run_reindex
+    from service.reindex_command import run_reindex
 
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level

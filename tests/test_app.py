@@ -10,9 +10,8 @@ import jwt
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from service.auth import mint_token
 from service.settings import Settings
-from tests.callers import ADMIN, TEST_SECRET, auth
+from tests.callers import ADMIN, TEST_SECRET, auth, forged, token_of
 from tests.helpers import running_app
 
 
@@ -60,10 +59,10 @@ async def test_missing_token_is_401_with_json_error(client: TestClient[Any, Any]
 
 
 async def test_forged_expired_and_unsigned_tokens_are_401(client: TestClient[Any, Any]) -> None:
-    forged = mint_token("another-secret-that-is-long-enough-0123456789", sub="mallory")
+    wrong_key = token_of(forged("mallory"))
     expired = jwt.encode({"sub": "a", "exp": int(time.time()) - 10}, TEST_SECRET, algorithm="HS256")
     unsigned = jwt.encode({"sub": "a"}, None, algorithm="none")
-    for token, reason in [(forged, "bad signature"), (expired, "expired"), (unsigned, "HS256"), ("garbage", "malformed token")]:
+    for token, reason in [(wrong_key, "bad signature"), (expired, "expired"), (unsigned, "HS256"), ("garbage", "malformed token")]:
         response = await client.get("/v1/index/status", headers={"Authorization": f"Bearer {token}"})
         assert response.status == 401, token
         assert reason in (await response.json())["error"]["message"]

@@ -1,6 +1,7 @@
 """Rate limits on the real Redis, with the clock injected (``now``) instead of sleeping: refused
-calls are not counted, no span of a window's length holds more than the limit, each surface has its
-own bucket, and ``Retry-After`` is the exact wait until one more call is allowed."""
+calls are not counted, no span of a window's length holds more than the limit, each surface and
+workspace registration has its own bucket, and ``Retry-After`` is the exact wait until one more call
+is allowed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import redis.asyncio as aioredis
 from service.auth import Caller, Plan
 from service.errors import SettingsError
 from service.ratelimit import RateLimiter, Surface, limits_from_settings
-from service.settings import Settings, load_settings
+from service.settings import Settings
+from service.settings_loader import load_settings
 from tests.helpers import REDIS_URL
 
 FREE_PER_MINUTE, FREE_PER_DAY = 80, 1_000
@@ -23,7 +25,7 @@ BASE = 1_750_032_000.0
 @pytest.fixture
 async def limiter(redis_prefix: str) -> AsyncIterator[RateLimiter]:
     redis = aioredis.from_url(REDIS_URL)
-    settings = Settings(queue_prefix=redis_prefix, code_search_rate_limits=(("free", 5, 20),))
+    settings = Settings(queue_prefix=redis_prefix, code_search_rate_limits=(("free", 5, 20),), workspace_registrations_per_minute=3)
     yield RateLimiter.from_settings(redis, settings)
     await redis.aclose()
 
@@ -114,11 +116,44 @@ async def test_retry_after_is_the_exact_wait_until_one_more_call(limiter: RateLi
     assert await limiter.check(daily, Surface.CATALOG, now=BASE + 840 + 86_400) is None
 
 
+async def test_registrations_have_their_own_minute_bucket_with_the_same_retry_after_rule(limiter: RateLimiter, redis_prefix: str) -> None:
+    """Three registrations a minute, whatever the plan, apart from the search buckets; the refusal is
+    the registration 429 (its message and ``rateLimit`` fields) with the exact wait; refused calls
+    cost nothing; the search limits turned off leave it enforced."""
+    caller = Caller("registering", plan=Plan.MAX)
+    for at in (BASE + 0.25, BASE + 5.5, BASE + 20):
+        assert await limiter.check_registration(caller, now=at) is None
+    exceeded = await limiter.check_registration(caller, now=BASE + 30.5)
+    assert exceeded is not None and exceeded.limit == 3 and exceeded.retry_after_s == 30  # the first leaves at +60.25
+    error = exceeded.error()
+    assert error.status == 429 and error.code == "rate_limited" and error.headers == {"Retry-After": "30"}
+    assert error.details == {"rateLimit": {"limit": 3, "window_s": 60, "retryAfterSeconds": 30}}
+    assert str(error).startswith("3 workspace registrations in the last minute") and "(workspace_registrations_per_minute); retry in 30s" in str(error)
+    for _ in range(100):
+        assert await limiter.check_registration(caller, now=BASE + 40) is not None
+    assert await limiter.check(caller, Surface.CODE, now=BASE + 40) is None, "searches count in their own buckets"
+    assert await limiter.check_registration(Caller("someone-else"), now=BASE + 40) is None
+    assert await limiter.check_registration(caller, now=BASE + 60.249) is not None
+    assert await limiter.check_registration(caller, now=BASE + 60.25) is None
+    assert await limiter.check_registration(caller, now=BASE + 60.25) is not None, "the second leaves at +65.5"
+
+    redis = aioredis.from_url(REDIS_URL)
+    try:
+        searches_off = RateLimiter.from_settings(redis, Settings(queue_prefix=redis_prefix, rate_limits_enabled=False, workspace_registrations_per_minute=1))
+        unlimited = Caller("unlimited-searches", plan=Plan.FREE)
+        assert await searches_off.check_registration(unlimited, now=BASE) is None
+        assert await searches_off.check_registration(unlimited, now=BASE) is not None
+        assert all([await searches_off.check(unlimited, Surface.CATALOG, now=BASE) is None for _ in range(FREE_PER_MINUTE + 1)])
+    finally:
+        await redis.aclose()
+
+
 async def test_limits_are_not_enforced_while_redis_is_unreachable() -> None:
     redis = aioredis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
     try:
-        limiter = RateLimiter(redis, "unreachable")
+        limiter = RateLimiter(redis, "unreachable", registrations_per_minute=1)
         assert await limiter.check(Caller("anyone", plan=Plan.FREE), Surface.CATALOG) is None
+        assert [await limiter.check_registration(Caller("anyone")) for _ in range(3)] == [None] * 3
     finally:
         await redis.aclose()
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from service.errors import SettingsError
-from service.settings import DEFAULT_MODEL, Settings, load_settings
+from service.settings import DEFAULT_MODEL, Settings
+from service.settings_loader import load_settings
 
 
 def test_defaults_are_the_embedded_default() -> None:

@@ -8,8 +8,9 @@ from typing import Any
 
 from arq import Retry
 
-from service.engine.migrate import RedisProgress, ReindexNotFinished, reindex
 from service.engine.refresh import embed_records, sweep
+from service.engine.reindex import ReindexNotFinished, reindex
+from service.engine.reindex_progress import ProgressPublisher
 from service.engine.runtime import Engine
 from service.engine.store import StoreError
 from service.engine.surface import JobDef
@@ -53,7 +54,7 @@ async def sweep_job(ctx: dict[str, Any]) -> dict[str, int]:
 async def reindex_job(ctx: dict[str, Any]) -> dict[str, Any]:
     """``agentsearch reindex`` handed to a running service: rebuild, fill and switch, a slice per try."""
     engine = _engine(ctx)
-    progress = RedisProgress(engine, str(ctx.get("job_id", "")))
+    progress = ProgressPublisher(engine, str(ctx.get("job_id", "")))
     deadline = time.monotonic() + max(engine.settings.job_timeout_s - REINDEX_MARGIN_S, 5.0)
     try:
         report = await reindex(engine, progress=progress, deadline=deadline)
@@ -64,7 +65,7 @@ async def reindex_job(ctx: dict[str, Any]) -> dict[str, Any]:
     except (EmbeddingUnavailable, StoreError) as exc:
         await progress.publish(state="retrying", error=str(exc))
         raise Retry(defer=_backoff_s(ctx)) from exc
-    await progress.publish(state="done", report=report)
+    await progress.publish(state="done", report=report.as_dict())
     return report.as_dict()
 
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from service.actions.model import ACTIONS_SPEC, META_COLLECTION, META_SPEC, SURFACE_NAME
 from service.actions.routes import routes
+from service.actions.search import SEARCH
+from service.actions.state import ActionCatalog
 from service.engine.surface import SurfaceDef
 
 if TYPE_CHECKING:
@@ -19,8 +21,9 @@ if TYPE_CHECKING:
 
 
 async def _open(engine: Engine) -> None:
-    """The templates' and instances' meta collection sits beside the surface's own."""
-    await engine.store.ensure_collection(META_SPEC)
+    """The surface's state: this process's action catalog, over the templates' and instances' meta
+    collection, which sits beside the surface's own."""
+    engine.state[SURFACE_NAME] = ActionCatalog(engine, await engine.open_collection(META_SPEC))
 
 
-SURFACE = SurfaceDef(name=SURFACE_NAME, spec=ACTIONS_SPEC, routes=routes, on_open=_open, tenant_collections=(META_COLLECTION,))
+SURFACE = SurfaceDef(name=SURFACE_NAME, spec=ACTIONS_SPEC, routes=routes, on_open=_open, search=SEARCH, tenant_collections=(META_COLLECTION,))

@@ -106,8 +106,8 @@ async def write_templates(engine: Engine, templates: Sequence[TemplateDef]) -> T
         if removed:
             await records.delete(removed)
         # Columns first, meta last: the meta point marks each template complete.
-        await engine.store.upsert(META_COLLECTION, [point for t in templates for point in template_points(t)])
-        await engine.store.flush()
+        await catalog.meta.upsert([point for t in templates for point in template_points(t)])
+        await catalog.meta.flush()
         catalog.apply(templates)
     await catalog.announce()
     result = TemplateWriteResult(
@@ -130,10 +130,10 @@ async def delete_template(engine: Engine, key: str) -> bool:
         if key not in catalog.blocks:
             return False
         # Meta first: a crash in between leaves orphan actions, which no catalog load picks up.
-        await engine.store.delete(META_COLLECTION, [point_id(META_COLLECTION, template_meta_key(key))])
-        await engine.store.delete(META_COLLECTION, [point_id(META_COLLECTION, template_actions_key(key))])
+        await catalog.meta.delete([template_meta_key(key)])
+        await catalog.meta.delete([template_actions_key(key)])
         await engine.records(SURFACE_NAME).delete_where(Filter(must=(Match("template", key),)))
-        await engine.store.flush()
+        await catalog.meta.flush()
         catalog.remove(key)
     await catalog.announce()
     return True
@@ -144,7 +144,8 @@ async def delete_template(engine: Engine, key: str) -> bool:
 
 async def write_instances(engine: Engine, instances: Sequence[InstanceDef]) -> int:
     """Upsert instances (already authorized by parsing); 400 when one names a template the catalog lacks."""
-    index = await catalog_for(engine).current()
+    catalog = catalog_for(engine)
+    index = await catalog.current()
     unknown = sorted({i.template for i in instances if i.template not in index.template_pos})
     if unknown:
         raise ValidationError(
@@ -153,17 +154,18 @@ async def write_instances(engine: Engine, instances: Sequence[InstanceDef]) -> i
         )
     now = time.time()
     points = [PointRecord(id=_instance_point_id(i.tenant, i.name), payload=instance_payload(i, now)) for i in instances]
-    await engine.store.upsert(META_COLLECTION, points)
-    await engine.store.flush()
+    await catalog.meta.upsert(points)
+    await catalog.meta.flush()
     return len(points)
 
 
 async def delete_instance(engine: Engine, tenant: str, name: str) -> bool:
-    pid = _instance_point_id(tenant, name)
-    if not await engine.store.retrieve(META_COLLECTION, [pid]):
+    meta = catalog_for(engine).meta
+    key = instance_meta_key(tenant, name)
+    if not await meta.exists(key):
         return False
-    await engine.store.delete(META_COLLECTION, [pid])
-    await engine.store.flush()
+    await meta.delete([key])
+    await meta.flush()
     return True
 
 

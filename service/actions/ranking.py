@@ -45,11 +45,11 @@ from rapidfuzz import process
 from rapidfuzz.distance import JaroWinkler
 
 from service.actions.index import ActionIndex, query_words, word_similarity, words
-from service.actions.model import ACTIONS_COLLECTION, action_key
+from service.actions.model import SURFACE_NAME, action_key
 from service.actions.visibility import Unit
 from service.auth import GLOBAL_TENANT
+from service.engine.search import LEXICAL_ONLY, embed_query_or_notice
 from service.engine.store import Filter, Match, MatchAny, StoreError
-from service.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -178,29 +178,19 @@ class _Dense:
 async def _dense_search(engine: Engine, index: ActionIndex, pairs: CandidatePairs, query: str, top_k: int, timings: dict[str, float]) -> _Dense:
     dense = _Dense()
     embedder = engine.embedders.default
-    if embedder is None:
-        dense.notices.append("embeddings are disabled on this deployment; ranked by keyword only")
-        return dense
-    if embedder.state == "loading":
-        # Waiting would hold the request for the seconds a model load takes; answer lexically now.
-        dense.notices.append("the embedding model is still loading; ranked by keyword only")
-        return dense
     started = time.perf_counter()
-    try:
-        vector = await embedder.embed_query(query)
-    except EmbeddingUnavailable as exc:
-        dense.notices.append(f"embeddings unavailable ({exc}); ranked by keyword only")
+    # A model still loading is not waited for: that would hold the request for the seconds a load takes.
+    vector = await embed_query_or_notice(embedder, query, dense.notices, wait_for_load=False)
+    if vector is None or embedder is None:
         return dense
     timings["embed"] = _ms(started)
     started = time.perf_counter()
     positions = np.unique(pairs.unit_template)
     try:
-        hits = await engine.store.search_dense(
-            ACTIONS_COLLECTION, embedder.vector_name, vector, _template_filter(index, positions), limit=top_k
-        )
+        hits = await engine.records(SURFACE_NAME).search_dense(embedder.vector_name, vector, _template_filter(index, positions), limit=top_k)
     except StoreError as exc:
         log.info("dense action search skipped", extra={"error": str(exc)})
-        dense.notices.append("no action embeddings are available yet; ranked by keyword only")
+        dense.notices.append(f"no action embeddings are available yet; {LEXICAL_ONLY}")
         return dense
     timings["dense"] = _ms(started)
     dense.vector, dense.vector_name = vector, embedder.vector_name
@@ -297,7 +287,7 @@ async def _stored_cosines(engine: Engine, index: ActionIndex, actions: Sequence[
         keys.append(action_key(block.key, action.name))
     only = Filter(must=(Match("tenant", GLOBAL_TENANT), MatchAny("key", tuple(keys))))
     try:
-        hits = await engine.store.search_dense(ACTIONS_COLLECTION, dense.vector_name, dense.vector, only, limit=len(keys))
+        hits = await engine.records(SURFACE_NAME).search_dense(dense.vector_name, dense.vector, only, limit=len(keys))
     except StoreError as exc:
         log.info("stored action vectors unavailable", extra={"error": str(exc)})
         return {}

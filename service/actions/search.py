@@ -1,53 +1,52 @@
-"""Answering one action search: visibility, then browse listing or ranking, then rendering."""
+"""One action search, start to finish: visibility, then a browse listing or a ranking, then rendering."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from service.actions.model import SearchRequest
+from service.actions.parsing import parse_search_body
 from service.actions.ranking import rank
 from service.actions.render import browse_rows, search_row
 from service.actions.state import catalog_for
 from service.actions.visibility import browse_order, select_units, visible_instances
 from service.auth import Caller
+from service.engine.deadline import Deadline
+from service.engine.surface import SearchAnswer, SurfaceSearch
+from service.ratelimit import Surface
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
 
 
-@dataclass
-class SearchAnswer:
-    body: dict[str, Any]
-    timings_ms: dict[str, float] = field(default_factory=dict)
+async def parse(engine: Engine, caller: Caller, body: Any, target: str | None) -> SearchRequest:
+    """The search body, validated (the surface's search takes no target)."""
+    return parse_search_body(body)
 
 
-async def search_actions(engine: Engine, caller: Caller, request: SearchRequest) -> SearchAnswer:
+async def search(engine: Engine, caller: Caller, request: SearchRequest, deadline: Deadline) -> SearchAnswer:
     """The action-search answer: ``{query, results}`` plus ``notices`` and ``meta`` (mode, candidates, signals)."""
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    index = await catalog_for(engine).current()
-    timings["catalog"] = _ms(started)
-    started = time.perf_counter()
-    instances = await visible_instances(engine, caller)
-    units = select_units(index, instances, request)
-    timings["instances"] = _ms(started)
+    with deadline.phase("catalog"):
+        index = await catalog_for(engine).current()
+    with deadline.phase("instances"):
+        instances = await visible_instances(engine, caller)
+        units = select_units(index, instances, request)
     if request.browse:
         # Browse mode is a listing, not a ranking: every callable instance, no actions, no scores, no limit.
         rows = browse_rows(browse_order(units), index, request.include_catalog)
         body = {"query": request.query, "results": rows, "notices": list(request.notices), "meta": {"mode": "browse", "candidates": len(units)}}
-        return SearchAnswer(body=body, timings_ms=timings)
+        return SearchAnswer(body=body)
+    deadline.check()
     ranking = await rank(engine, index, units, request.query, request.limit)
-    timings.update(ranking.timings_ms)
+    for phase, duration_ms in ranking.timings_ms.items():
+        deadline.add(phase, duration_ms)
     body = {
         "query": request.query,
         "results": [search_row(ranked, index, request.include_catalog) for ranked in ranking.rows],
         "notices": [*request.notices, *ranking.notices],
         "meta": {"mode": "search", "candidates": ranking.candidates, "signals": list(ranking.signals)},
     }
-    return SearchAnswer(body=body, timings_ms=timings)
+    return SearchAnswer(body=body)
 
 
-def _ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1000
+SEARCH = SurfaceSearch(rate_limit=Surface.ACTIONS, parse=parse, search=search, deadline_advice="shorten the query or exclude services")

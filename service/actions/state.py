@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from service.actions.index import ActionColumns, ActionIndex, TemplateBlock, Vocabulary, template_revision
 from service.actions.model import (
     META_COLLECTION,
+    SURFACE_NAME,
     TEMPLATE_ACTIONS_KIND,
     TEMPLATE_KIND,
     AuthType,
@@ -32,6 +33,7 @@ from service.actions.model import (
     template_meta_key,
 )
 from service.auth import GLOBAL_TENANT
+from service.engine.records import Collection
 from service.engine.store import Filter, Match, PointRecord, point_id
 
 if TYPE_CHECKING:
@@ -49,8 +51,10 @@ _YIELD_EVERY_ACTIONS = 5_000
 class ActionCatalog:
     """The tokenized templates of one engine, and their compiled ``ActionIndex``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, meta: Collection) -> None:
         self._engine = weakref.ref(engine)
+        self.meta = meta
+        """The templates' and instances' collection (``META_COLLECTION``)."""
         self.vocab = Vocabulary()
         self.blocks: dict[str, TemplateBlock] = {}
         self.lock = asyncio.Lock()
@@ -172,18 +176,13 @@ class ActionCatalog:
         found: dict[str, Mapping[str, Any]] = {}
         for start in range(0, len(keys), _TEMPLATES_PER_READ):
             ids = [point_id(META_COLLECTION, template_actions_key(k)) for k in keys[start : start + _TEMPLATES_PER_READ]]
-            for point in await self.engine.store.retrieve(META_COLLECTION, ids):
+            for point in await self.meta.retrieve(ids):
                 found[str(point.payload["template"])] = point.payload
         return found
 
     async def _scroll(self, filter: Filter) -> Any:
-        offset: str | None = None
-        while True:
-            page, offset = await self.engine.store.scroll(META_COLLECTION, filter, limit=_SCROLL_PAGE, offset=offset)
-            for point in page:
-                yield point.payload
-            if offset is None:
-                return
+        async for point in self.meta.scroll_all(filter, page=_SCROLL_PAGE):
+            yield point.payload
 
 
 def _template_from_meta(key: str, meta: Mapping[str, Any]) -> TemplateDef:
@@ -234,17 +233,7 @@ def _meta_payload(template: TemplateDef, revision: str) -> dict[str, Any]:
 
 # One catalog per open engine. Engine is an unhashable dataclass, so key by id and check identity;
 # the catalog holds the engine weakly and the entry goes when the engine is collected.
-_catalogs: dict[int, ActionCatalog] = {}
-
-
 def catalog_for(engine: Engine) -> ActionCatalog:
-    catalog = _catalogs.get(id(engine))
-    if catalog is None or catalog._engine() is not engine:
-        catalog = _catalogs[id(engine)] = ActionCatalog(engine)
-        weakref.finalize(engine, _forget, id(engine), catalog)
+    """The action catalog the surface opened on ``engine``."""
+    catalog: ActionCatalog = engine.state_of(SURFACE_NAME)
     return catalog
-
-
-def _forget(engine_id: int, catalog: ActionCatalog) -> None:
-    if _catalogs.get(engine_id) is catalog:  # the id may already belong to a newer engine
-        del _catalogs[engine_id]

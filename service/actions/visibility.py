@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 from service.actions.index import ActionIndex, TemplateBlock
 from service.actions.model import (
     INSTANCE_KIND,
-    META_COLLECTION,
     AuthType,
     InstanceAuth,
     InstanceDef,
     SearchRequest,
     Tier,
 )
+from service.actions.state import catalog_for
 from service.auth import Caller
 from service.engine.store import Filter, Match, MatchAny
 
@@ -58,16 +58,12 @@ async def visible_instances(engine: Engine, caller: Caller) -> list[InstanceDef]
     """Every instance the caller reaches, one per name (the most specific tier wins)."""
     flt = Filter(must=(Match("kind", INSTANCE_KIND), MatchAny("tenant", caller.tenants)))
     by_name: dict[str, InstanceDef] = {}
-    offset: str | None = None
-    while True:
-        page, offset = await engine.store.scroll(META_COLLECTION, flt, limit=_PAGE, offset=offset)
-        for point in page:
-            instance = instance_from_payload(point.payload)
-            held = by_name.get(instance.name)
-            if held is None or instance.tier.specificity > held.tier.specificity:
-                by_name[instance.name] = instance
-        if offset is None:
-            return sorted(by_name.values(), key=lambda i: i.name)
+    async for point in catalog_for(engine).meta.scroll_all(flt, page=_PAGE):
+        instance = instance_from_payload(point.payload)
+        held = by_name.get(instance.name)
+        if held is None or instance.tier.specificity > held.tier.specificity:
+            by_name[instance.name] = instance
+    return sorted(by_name.values(), key=lambda i: i.name)
 
 
 def instance_from_payload(payload: Mapping[str, Any]) -> InstanceDef:

@@ -1,9 +1,9 @@
 """The admin queue dashboard (``/admin``) and its JSON API (``/admin/api``): queues, jobs, workers, index state.
 
-Modules: ``keys`` (the Redis key layout, arq's and ours), ``model`` (a job as the table shows it),
+Modules: ``keys`` (the Redis key layout, arq's and ours), ``jobrecord`` (a job as the table shows it),
 ``targets`` (what a job works on), ``history`` (what the worker records as jobs end), ``queues``
 (reading arq's state cheaply: counts, one job), ``jobtable`` (pages of the job table), ``health``
-(the workers' health lines), ``actions`` (retry, abort, warm, sweep), ``indexstate`` (records per
+(the workers' health lines), ``operations`` (retry, abort, warm, sweep), ``indexstate`` (records per
 surface and tenant), ``sampler`` (the last hour's samples and the app state), ``chart`` (inline
 SVG), ``auth`` (admin token cookie and CSRF), ``handlers`` (what pages and API share), ``pages``
 (the HTML pages), ``api`` (the JSON API) and ``routes`` (both, in order). Nothing is

@@ -8,17 +8,18 @@ its page with a notice instead of JSON.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
 
 from service.admin.auth import require_admin, require_admin_action
-from service.admin.handlers import json_response, parse_job_query, redirect, redis_guard, state_of, wants_json
+from service.admin.handlers import answer_action, json_response, parse_job_query, redis_guard, state_of
 from service.admin.health import worker_health
 from service.admin.indexstate import index_state
 from service.admin.sampler import series
-from service.errors import AgentSearchError, NotFound, ValidationError
+from service.errors import NotFound, ValidationError
 from service.state import ENGINE
 from service.validation import Fields, read_json
 
@@ -67,15 +68,16 @@ async def api_jobs(request: web.Request) -> web.Response:
 async def api_retry(request: web.Request) -> web.StreamResponse:
     session = await require_admin_action(request)
     job_id = request.match_info["job_id"]
-    try:
-        row = await state_of(request).actions.retry(job_id, admin=session.caller.sub)
-    except AgentSearchError as exc:
-        if wants_json(request):
-            raise
-        raise redirect(f"/admin/jobs/{quote(job_id, safe='')}", f"Retry refused: {exc.message}") from None
-    if not wants_json(request):
-        raise redirect(f"/admin/jobs/{quote(row.id, safe='')}", f"Job {job_id} retried as {row.id}.")
-    return json_response({"job": row.as_dict(full=True), "retry_of": job_id}, status=201)
+    return await answer_action(
+        request,
+        lambda: state_of(request).operations.retry(job_id, admin=session.caller.sub),
+        back=_job_page(job_id),
+        refused="Retry refused",
+        then=lambda row: _job_page(row.id),
+        done=lambda row: f"Job {job_id} retried as {row.id}.",
+        body=lambda row: {"job": row.as_dict(full=True), "retry_of": job_id},
+        status=201,
+    )
 
 
 @routes.post("/admin/api/jobs/{job_id:.+}/abort")
@@ -83,15 +85,18 @@ async def api_retry(request: web.Request) -> web.StreamResponse:
 async def api_abort(request: web.Request) -> web.StreamResponse:
     session = await require_admin_action(request)
     job_id = request.match_info["job_id"]
-    try:
-        outcome = await state_of(request).actions.abort(job_id, admin=session.caller.sub)
-    except AgentSearchError as exc:
-        if wants_json(request):
-            raise
-        raise redirect(f"/admin/jobs/{quote(job_id, safe='')}", f"Abort refused: {exc.message}") from None
-    if not wants_json(request):
-        raise redirect(f"/admin/jobs/{quote(job_id, safe='')}", f"Abort of job {job_id} requested.")
-    return json_response(outcome, status=202)
+    return await answer_action(
+        request,
+        lambda: state_of(request).operations.abort(job_id, admin=session.caller.sub),
+        back=_job_page(job_id),
+        refused="Abort refused",
+        done=lambda _: f"Abort of job {job_id} requested.",
+        status=202,
+    )
+
+
+def _job_page(job_id: str) -> str:
+    return f"/admin/jobs/{quote(job_id, safe='')}"
 
 
 @routes.get("/admin/api/jobs/{job_id:.+}")
@@ -118,24 +123,19 @@ async def api_warm(request: web.Request) -> web.StreamResponse:
         workspace_id = str((await request.post()).get("workspace") or "").strip()
         if not workspace_id:
             raise ValidationError("workspace is required: the id of a registered workspace (ws_...)")
-    return await _enqueue_action(request, lambda: state_of(request).actions.warm_workspace(workspace_id, admin=session.caller.sub), "warm-up")
+    return await _enqueue(request, lambda: state_of(request).operations.warm_workspace(workspace_id, admin=session.caller.sub), "warm-up")
 
 
 @routes.post("/admin/api/sweep")
 @redis_guard
 async def api_sweep(request: web.Request) -> web.StreamResponse:
     session = await require_admin_action(request)
-    return await _enqueue_action(request, lambda: state_of(request).actions.sweep_now(admin=session.caller.sub), "sweep")
+    return await _enqueue(request, lambda: state_of(request).operations.sweep_now(admin=session.caller.sub), "sweep")
 
 
-async def _enqueue_action(request: web.Request, act: Any, what: str) -> web.StreamResponse:
-    try:
-        outcome = await act()
-    except AgentSearchError as exc:
-        if wants_json(request):
-            raise
-        raise redirect("/admin", f"The {what} was refused: {exc.message}") from None
-    if not wants_json(request):
-        raise redirect("/admin", f"Enqueued the {what} as job {outcome['id']}.")
-    return json_response(outcome, status=202)
+async def _enqueue(request: web.Request, act: Callable[[], Awaitable[dict[str, Any]]], what: str) -> web.Response:
+    """A job enqueued from the dashboard (warm-up, sweep): back to the dashboard, or its id as JSON (202)."""
+    return await answer_action(
+        request, act, back="/admin", refused=f"The {what} was refused", done=lambda outcome: f"Enqueued the {what} as job {outcome['id']}.", status=202
+    )
 

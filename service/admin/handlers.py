@@ -3,27 +3,28 @@ request, and the answers (JSON, a redirect with a one-shot notice, 503 when Redi
 
 An action posted by a plain HTML form (JavaScript off) answers with a redirect back to the page
 and a one-shot notice; the page's script posts the same forms with ``Accept: application/json``
-and gets JSON.
+and gets JSON (``answer_action``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from service.admin.jobrecord import JobStatus
 from service.admin.jobtable import MAX_LIMIT, MAX_OFFSET, JobQuery
-from service.admin.model import JobStatus
 from service.admin.sampler import ADMIN, AdminState
-from service.errors import Unavailable, ValidationError
+from service.errors import AgentSearchError, Unavailable, ValidationError
 from service.state import ENGINE
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Outcome = TypeVar("Outcome")
 
 NOTICE_COOKIE = "agentsearch_admin_notice"
 JOB_QUERY_PARAMS = ("status", "kind", "surface", "tenant", "queue", "offset", "limit")
@@ -61,6 +62,32 @@ def redirect(location: str, notice: str | None = None) -> web.HTTPSeeOther:
     if notice:
         response.set_cookie(NOTICE_COOKIE, quote(notice[:300]), max_age=60, path="/admin", httponly=True, samesite="Strict")
     return response
+
+
+async def answer_action(
+    request: web.Request,
+    act: Callable[[], Awaitable[Outcome]],
+    *,
+    back: str,
+    refused: str,
+    done: Callable[[Outcome], str],
+    status: int,
+    body: Callable[[Outcome], Any] = lambda outcome: outcome,
+    then: Callable[[Outcome], str] | None = None,
+) -> web.Response:
+    """Run a dashboard action and answer it. JSON: ``body`` of the outcome with ``status``, and a
+    refusal raised as the API's error. A plain HTML form: a redirect with a one-shot notice, to
+    ``back`` with ``"<refused>: <reason>"`` when refused, else to ``then`` of the outcome (``back``
+    unless given) with ``done`` of it."""
+    try:
+        outcome = await act()
+    except AgentSearchError as exc:
+        if wants_json(request):
+            raise
+        raise redirect(back, f"{refused}: {exc.message}") from None
+    if not wants_json(request):
+        raise redirect(back if then is None else then(outcome), done(outcome))
+    return json_response(body(outcome), status=status)
 
 
 def redis_guard(handler: Handler) -> Handler:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from service.admin.jobrecord import FUNCTION_PEEK_BYTES, JobStatus, function_of_peek
 from service.admin.keys import AdminKeys, job_key, stats_field
-from service.admin.model import FUNCTION_PEEK_BYTES, JobStatus, function_of_peek
 from service.admin.targets import EMBED_JOB, JobDescriber
 from service.engine.queue import deserialize
 from service.engine.store import StoreError

@@ -69,7 +69,7 @@ async def index_state(engine: Engine) -> dict[str, Any]:
 def unusable_workspaces(engine: Engine) -> list[dict[str, Any]]:
     """This node's workspaces that cannot be searched: a root that is gone (``missing``) or a cache
     that failed to open (``broken``), each with what its owner should do."""
-    from service.code.runtime import workspaces_of
+    from service.code.state import workspaces_of
 
     workspaces = workspaces_of(engine)
     rows = []

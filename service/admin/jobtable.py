@@ -13,8 +13,8 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.admin.jobrecord import ACTIVE_STATUSES, FINISHED_STATUSES, JobRow, JobStatus, finished_row
 from service.admin.keys import result_key
-from service.admin.model import ACTIVE_STATUSES, FINISHED_STATUSES, JobRow, JobStatus, finished_row
 from service.admin.queues import QueueReader, linked_row, now_ms
 
 CHUNK = 100

@@ -29,8 +29,8 @@ from service.admin.chart import chart_svg
 from service.admin.handlers import NOTICE_COOKIE, SECURITY_HEADERS, parse_job_query, redirect, redis_guard, state_of
 from service.admin.health import worker_health
 from service.admin.indexstate import index_state
+from service.admin.jobrecord import JobStatus
 from service.admin.jobtable import JobQuery
-from service.admin.model import JobStatus
 from service.admin.queues import now_ms
 from service.admin.sampler import series
 from service.errors import AgentSearchError, Forbidden, Unauthorized

@@ -15,6 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from service.admin.jobrecord import (
+    FUNCTION_PEEK_BYTES,
+    JobRow,
+    active_row,
+    finished_row,
+    function_of_peek,
+)
 from service.admin.keys import (
     ABORT_SET,
     IN_PROGRESS_PATTERN,
@@ -25,13 +32,6 @@ from service.admin.keys import (
     parse_stats_field,
     result_key,
     retry_key,
-)
-from service.admin.model import (
-    FUNCTION_PEEK_BYTES,
-    JobRow,
-    active_row,
-    finished_row,
-    function_of_peek,
 )
 from service.admin.targets import JobDescriber
 

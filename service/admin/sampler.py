@@ -19,10 +19,10 @@ import orjson
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from service.admin.actions import JobActions
 from service.admin.health import worker_health
 from service.admin.jobtable import JobTable
 from service.admin.keys import AdminKeys
+from service.admin.operations import JobOperations
 from service.admin.queues import QueueReader, now_ms
 from service.admin.targets import JobDescriber
 from service.engine.runtime import Engine
@@ -41,7 +41,7 @@ class AdminState:
     engine: Engine
     reader: QueueReader
     table: JobTable
-    actions: JobActions
+    operations: JobOperations
     keys: AdminKeys
     interval_s: float
 
@@ -53,7 +53,7 @@ SAMPLE_INTERVAL = web.AppKey("admin_sample_interval_s", float)
 
 def admin_state(engine: Engine, interval_s: float, job_names: frozenset[str]) -> AdminState:
     reader = QueueReader(engine, JobDescriber(engine))
-    return AdminState(engine=engine, reader=reader, table=JobTable(reader), actions=JobActions(engine, reader, job_names), keys=AdminKeys(engine.settings.queue_prefix), interval_s=interval_s)
+    return AdminState(engine=engine, reader=reader, table=JobTable(reader), operations=JobOperations(engine, reader, job_names), keys=AdminKeys(engine.settings.queue_prefix), interval_s=interval_s)
 
 
 async def record_sample(state: AdminState) -> bool:

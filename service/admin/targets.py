@@ -13,7 +13,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from service.admin.model import JobRow, JobTarget
+from service.admin.jobrecord import JobRow, JobTarget
 from service.engine.store import StoreError
 
 if TYPE_CHECKING:

@@ -1,39 +1,42 @@
 """Catalog search: capabilities by domain, guides, packages and exports, integrations, MCP servers and tools, secret references.
 
-Modules: ``keys`` (collection and key scheme), ``models`` (entity validation), ``ingest``,
-``ranking`` (fusion and arrangement), ``domains``, ``identity`` (exact package identity),
-``lookup`` (entity detail), ``callshapes``, ``memories``, ``waiting``, ``timing``, ``render``,
-``search`` (one search, start to finish) and ``routes``; ``refs``, ``markdown`` and ``rerank`` are
-the pure helpers they call.
+Modules: ``keys`` (the collection and its key scheme), ``model`` (the entity values), ``parsing``
+(request bodies), ``ingest`` and ``records`` (writing entities as records), ``state`` (what the
+catalog keeps open per engine), ``search`` (one search, start to finish), ``answers`` (the answer
+kinds besides ranked hits), ``ranked`` (the ranked answer), ``ranking`` (retrieval, fusion and
+arrangement), ``rerank`` (the rerank stage) and ``scorers`` (what it scores with), ``domains``,
+``identity`` (exact package identity), ``lookup`` (entity detail), ``callshapes``, ``memories``,
+``waiting``, ``render`` (the answer body) and ``routes`` (HTTP); ``refs``, ``cursor`` and
+``markdown`` are the pure helpers they call.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
-from service.catalog.keys import COLLECTION, SPEC, SURFACE_NAME
+from service.catalog.keys import SPEC, SURFACE_NAME
 from service.catalog.routes import routes
-from service.engine.store import VectorSpec
+from service.catalog.search import SEARCH
+from service.catalog.state import open_state
+from service.catalog.waiting import load_waiting_items
 from service.engine.surface import SurfaceDef
-from service.errors import EmbeddingUnavailable
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
 
-log = logging.getLogger(__name__)
-
 
 async def on_open(engine: Engine) -> None:
-    """Create the default model's vector up front, so dense search works before the first embed job lands."""
-    try:
-        embedder = engine.embedders.default
-    except EmbeddingUnavailable:
-        return
-    if embedder is not None and embedder.dimensions:
-        await engine.store.ensure_vector(COLLECTION, VectorSpec(embedder.vector_name, embedder.dimensions))
+    """Open the catalog state (its record index, the rerank scorer, the waiting-items source) on ``engine``."""
+    open_state(engine, load_waiting_items)
 
 
-SURFACE = SurfaceDef(name=SURFACE_NAME, spec=SPEC, routes=routes, on_open=on_open, analyzed_fields=("identity_terms", "link_terms"))
+SURFACE = SurfaceDef(
+    name=SURFACE_NAME,
+    spec=SPEC,
+    routes=routes,
+    on_open=on_open,
+    search=SEARCH,
+    analyzed_fields=("identity_terms", "link_terms"),
+)
 
 __all__ = ["SURFACE"]

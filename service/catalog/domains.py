@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from service.auth import GLOBAL_TENANT, Caller
 from service.catalog.cursor import listing_key
-from service.catalog.keys import COLLECTION, Kind, mcp_domain, record_key, server_of_domain
-from service.catalog.state import catalog_state
+from service.catalog.keys import Kind, mcp_domain, record_key, server_of_domain
+from service.catalog.state import catalog_index, catalog_state
 from service.engine.analyzer import STOPWORDS, analyze, terms_text
 from service.engine.records import IndexRecord, RecordIndex
 from service.engine.store import Filter, Match, MatchAny
@@ -77,14 +77,8 @@ class DomainRow:
         }
 
 
-async def _scroll(engine: Engine, flt: Filter) -> list[Mapping[str, Any]]:
-    payloads: list[Mapping[str, Any]] = []
-    offset: str | None = None
-    while True:
-        page, offset = await engine.store.scroll(COLLECTION, flt, limit=_PAGE, offset=offset)
-        payloads.extend(p.payload for p in page)
-        if offset is None:
-            return payloads
+async def _scroll(index: RecordIndex, flt: Filter) -> list[Mapping[str, Any]]:
+    return [point.payload async for point in index.scroll_all(flt, page=_PAGE)]
 
 
 def _curated(payloads: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -102,11 +96,10 @@ async def refresh_domain_stats(index: RecordIndex, domains: Iterable[str], added
     merged with the stored ones, so a bulk load costs one count per domain rather than a scan. A
     domain without ``added`` (deletes, moves, a re-described domain) is scanned in full.
     """
-    engine = index.engine
     added = added or {}
     for domain in sorted(set(domains)):
         flt = Filter(must=(Match("tenant", GLOBAL_TENANT), Match("kind", Kind.CAPABILITY.value), Match("domain", domain)))
-        count = await engine.store.count(COLLECTION, flt)
+        count = await index.count(flt)
         key = record_key(GLOBAL_TENANT, Kind.DOMAIN, domain)
         existing = await index.get(key)
         if existing is None:
@@ -123,12 +116,12 @@ async def refresh_domain_stats(index: RecordIndex, domains: Iterable[str], added
             merged.update({str(i): int(o) for o, i in added[domain]})
             samples = sorted((o, i) for i, o in merged.items())[:SAMPLE_NAMES]
         else:
-            capabilities = _curated(await _scroll(engine, flt))[:SAMPLE_NAMES]
+            capabilities = _curated(await _scroll(index, flt))[:SAMPLE_NAMES]
             samples = [(int(c.get("order", 1_000_000)), str(c.get("entity_id"))) for c in capabilities]
         stats = {"capability_count": count, "samples": [i for _, i in samples], "sample_orders": [[o, i] for o, i in samples]}
-        await engine.store.set_payload(COLLECTION, [index.point_id(key)], stats)
-    await engine.store.flush()
-    catalog_state(engine).builtin_domains = None
+        await index.set_payload([key], stats)
+    await index.flush()
+    catalog_state(index.engine).builtin_domains = None
 
 
 def _undeclared_domain(domain: str) -> IndexRecord:
@@ -145,7 +138,7 @@ def _user_tenants(caller: Caller) -> tuple[str, ...]:
 
 
 async def builtin_domains(engine: Engine) -> list[DomainRow]:
-    records = _curated(await _scroll(engine, Filter(must=(Match("tenant", GLOBAL_TENANT), Match("kind", Kind.DOMAIN.value)))))
+    records = _curated(await _scroll(catalog_index(engine), Filter(must=(Match("tenant", GLOBAL_TENANT), Match("kind", Kind.DOMAIN.value)))))
     rows = []
     for record in records:
         count = int(record.get("capability_count", 0))
@@ -178,13 +171,13 @@ async def mcp_domain_row(engine: Engine, caller: Caller, domain: str) -> DomainR
     if name is None:
         return None
     keys = [record_key(t, Kind.MCP_SERVER, name) for t in _user_tenants(caller)]
-    found = await engine.records("catalog").get_many(keys)
+    found = await catalog_index(engine).get_many(keys)
     server = next((found[k] for k in keys if k in found), None)
     return _server_row(server) if server is not None else None
 
 
 async def mcp_domains(engine: Engine, caller: Caller) -> list[DomainRow]:
-    servers = await _scroll(engine, Filter(must=(MatchAny("tenant", _user_tenants(caller)), Match("kind", Kind.MCP_SERVER.value))))
+    servers = await _scroll(catalog_index(engine), Filter(must=(MatchAny("tenant", _user_tenants(caller)), Match("kind", Kind.MCP_SERVER.value))))
     return [_server_row(server) for server in sorted(servers, key=lambda s: str(s.get("server")))]
 
 
@@ -213,7 +206,7 @@ async def list_domain(engine: Engine, caller: Caller, domain: str) -> list[Mappi
         flt = Filter(must=(MatchAny("tenant", _user_tenants(caller)), Match("kind", Kind.MCP_TOOL.value), Match("server", server)))
     else:
         flt = Filter(must=(Match("tenant", GLOBAL_TENANT), Match("kind", Kind.CAPABILITY.value), Match("domain", domain)))
-    return _curated(await _scroll(engine, flt))
+    return _curated(await _scroll(catalog_index(engine), flt))
 
 
 # ---- broad queries ----------------------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""Entity detail: resolve ``{type}:{id}[#fragment]`` refs to detail documents (structured; render.py writes markdown).
+"""Entity detail, one concept: every entity type's resolver of ``{type}:{id}[#fragment]`` refs and the record reads they share.
+
+Each resolver builds a structured detail document (``render`` writes its markdown).
 
 Each ref resolves on its own; a failure is that ref's error (``LookupFailure``), never the batch's.
 Known-id lookups ignore the hidden-package discovery preference. Fragments never fall back to the
@@ -23,10 +25,11 @@ from service.catalog.callshapes import (
     output_type,
 )
 from service.catalog.domains import list_domain
-from service.catalog.keys import COLLECTION, SURFACE_NAME, Kind, mcp_domain, record_key
+from service.catalog.keys import Kind, mcp_domain, record_key
 from service.catalog.markdown import fit_or_toc, line_range, parse_line_fragment, section
-from service.catalog.models import normalize_subpath
+from service.catalog.model import normalize_subpath
 from service.catalog.refs import EntityRef
+from service.catalog.state import catalog_index
 from service.catalog.waiting import user_tenants
 from service.engine.analyzer import analyze
 from service.engine.store import Filter, Match, MatchAny
@@ -60,25 +63,25 @@ async def user_record(engine: Engine, caller: Caller, kind: Kind, entity_id: str
     """The caller's record (own user first, then org and teams) of ``kind`` and ``entity_id``."""
     tenants = user_tenants(caller)
     keys = [record_key(t, kind, entity_id) for t in tenants]
-    found = await engine.records(SURFACE_NAME).get_many(keys)
+    found = await catalog_index(engine).get_many(keys)
     return next((found[k] for k in keys if k in found), None)
 
 
 async def global_record(engine: Engine, kind: Kind, entity_id: str) -> Mapping[str, Any] | None:
-    return await engine.records(SURFACE_NAME).get(record_key(GLOBAL_TENANT, kind, entity_id))
+    return await catalog_index(engine).get(record_key(GLOBAL_TENANT, kind, entity_id))
 
 
 async def known_capabilities(engine: Engine, names: tuple[str, ...]) -> frozenset[str]:
     """Which of ``names`` are built-in capabilities of this catalog: an answer names a platform call only when it exists."""
     keys = {record_key(GLOBAL_TENANT, Kind.CAPABILITY, name): name for name in names}
-    found = await engine.records(SURFACE_NAME).get_many(list(keys))
+    found = await catalog_index(engine).get_many(list(keys))
     return frozenset(keys[key] for key in found)
 
 
 async def package_secrets(engine: Engine, package: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The package-scoped secret references of ``package`` (metadata only), in name order."""
     flt = Filter(must=(Match("tenant", str(package["tenant"])), Match("kind", Kind.PACKAGE_SECRET.value), Match("package_id", str(package["package_id"]))))
-    page, _ = await engine.store.scroll(COLLECTION, flt, limit=MAX_PACKAGE_SECRETS)
+    page, _ = await catalog_index(engine).scroll(flt, limit=MAX_PACKAGE_SECRETS)
     rows = [
         {"name": p.payload.get("title"), "description": p.payload.get("description") or "", "expiresAt": p.payload.get("expires_at") or None}
         for p in page
@@ -93,7 +96,7 @@ async def find_package(engine: Engine, caller: Caller, ident: str) -> Mapping[st
         return found
     leaf = ident.rsplit("/", 1)[-1].lower()
     flt = Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.PACKAGE.value), Match("name_leaf", leaf)))
-    page, _ = await engine.store.scroll(COLLECTION, flt, limit=8)
+    page, _ = await catalog_index(engine).scroll(flt, limit=8)
     if not page:
         return None
     order = {t: i for i, t in enumerate(user_tenants(caller))}
@@ -101,13 +104,13 @@ async def find_package(engine: Engine, caller: Caller, ident: str) -> Mapping[st
 
 
 async def package_files(engine: Engine, package: Mapping[str, Any]) -> dict[str, str]:
-    record = await engine.records(SURFACE_NAME).get(record_key(str(package["tenant"]), Kind.PACKAGE_FILES, str(package["package_id"])))
+    record = await catalog_index(engine).get(record_key(str(package["tenant"]), Kind.PACKAGE_FILES, str(package["package_id"])))
     return dict(record.get("files") or {}) if record else {}
 
 
 async def package_export(engine: Engine, package: Mapping[str, Any], subpath: str) -> Mapping[str, Any] | None:
     key = record_key(str(package["tenant"]), Kind.EXPORT, f"{package['package_id']}#{normalize_subpath(subpath)}")
-    return await engine.records(SURFACE_NAME).get(key)
+    return await catalog_index(engine).get(key)
 
 
 async def related_packages(engine: Engine, caller: Caller, provider_terms: list[str], limit: int = MAX_RELATED_PACKAGES) -> list[dict[str, Any]]:
@@ -118,7 +121,7 @@ async def related_packages(engine: Engine, caller: Caller, provider_terms: list[
         must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.PACKAGE.value), MatchAny("link_terms", tuple(provider_terms))),
         must_not=(Match("hidden", True),),
     )
-    page, _ = await engine.store.scroll(COLLECTION, flt, limit=limit)
+    page, _ = await catalog_index(engine).scroll(flt, limit=limit)
     return [{"entity": p.payload.get("entity"), "name": p.payload.get("name"), "summary": p.payload.get("summary")} for p in page]
 
 

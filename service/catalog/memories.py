@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from service.auth import Caller
-from service.catalog.keys import COLLECTION, Kind
+from service.catalog.keys import Kind
 from service.catalog.markdown import collapse_whitespace
 from service.catalog.ranking import why_matched
+from service.catalog.state import catalog_index
 from service.catalog.waiting import user_tenants
 from service.engine.store import Filter, Match, MatchAny, StoreError
 
@@ -29,16 +30,18 @@ async def find_memories(engine: Engine, caller: Caller, q_terms: str, vector: li
     flt = Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.MEMORY.value)), must_not=(Match("archived", True),))
     terms = q_terms.split()
     found: dict[str, dict[str, Any]] = {}
-    if vector is not None and engine.embedders.default is not None:
+    index = catalog_index(engine)
+    embedder = engine.embedders.default
+    if vector is not None and embedder is not None:
         try:
-            hits = await engine.store.search_dense(COLLECTION, engine.embedders.default.vector_name, vector, flt, limit=MAX_MEMORIES)
+            hits = await index.search_dense(embedder.vector_name, vector, flt, limit=MAX_MEMORIES)
         except StoreError:
             hits = []
         for hit in hits:
             if hit.score >= MEMORY_COSINE:
                 found[str(hit.payload["key"])] = _one_liner(hit.payload, terms, hit.score)
     if terms:
-        for hit in await engine.store.search_text(COLLECTION, q_terms, flt, limit=MAX_MEMORIES):
+        for hit in await index.search_text(q_terms, flt, limit=MAX_MEMORIES):
             matched = why_matched(terms, hit.payload)
             if len(matched) / len(terms) >= MEMORY_TERM_SHARE:
                 found.setdefault(str(hit.payload["key"]), _one_liner(hit.payload, terms, None))

@@ -7,7 +7,8 @@ fuse them as ``cosine + LEXICAL_WEIGHT * bm25 / max_bm25``. Rank fusion (RRF, th
 the model's order and lets lexical evidence break near-ties. The weight was picked on one 1,000
 query sample (seed 7, first half) and confirmed on a held-out one (seed 7, queries 1,001-2,000):
 dense 0.698, blend 0.05/0.1/0.15/0.2/0.3 -> 0.714/0.720/0.712/0.701/0.679; ``bench/bench_catalog.py``
-reports it on another sample. Without embeddings the same code ranks by BM25 alone, with a notice.
+reports it on another sample. Without embeddings the same code ranks by BM25 alone, with a notice
+(``service.engine.search.dense_and_text`` fetches both channels and says why one is missing).
 
 Arrangement, after fusion: an exact-identity bonus (the query is an entity's name), package exports
 as their own hits only on a strong match (else a "best action" hint on the package card, or
@@ -23,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from service.catalog.keys import COLLECTION, Kind
-from service.engine.analyzer import query_terms
-from service.engine.store import Filter, Hit, StoreError
-from service.errors import EmbeddingUnavailable
+from service.catalog.keys import Kind
+from service.catalog.state import catalog_index
+from service.engine.search import dense_and_text
+from service.engine.store import Filter, Hit
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -94,18 +95,6 @@ def why_matched(q_terms: Sequence[str], payload: Mapping[str, Any]) -> tuple[str
     return tuple(term for term in q_terms if term in doc_terms)
 
 
-async def query_vector(engine: Engine, query: str) -> tuple[list[float] | None, str | None]:
-    """The query embedding, or None and the notice explaining why search is lexical."""
-    embedder = engine.embedders.default
-    if embedder is None:
-        return None, "Semantic search is off (no embeddings model configured); results are lexical only."
-    try:
-        return await embedder.embed_query(query), None
-    except EmbeddingUnavailable as exc:
-        log.warning("query embedding unavailable; lexical search", extra={"error": str(exc)})
-        return None, f"Semantic search is unavailable ({exc}); results are lexical only."
-
-
 async def retrieve(
     engine: Engine,
     query: str,
@@ -116,29 +105,18 @@ async def retrieve(
     vector: list[float] | None = None,
 ) -> Retrieval:
     """Dense and BM25 candidates under ``flt``, fused; ``mode`` restricts the channels (bench, fallback)."""
-    q_terms = query_terms(query)
-    notices: list[str] = []
-    dense_hits: list[Hit] = []
-    if mode in ("hybrid", "dense"):
-        if vector is None:
-            vector, notice = await query_vector(engine, query)
-            if notice:
-                notices.append(notice)
-        if vector is not None:
-            embedder = engine.embedders.default
-            assert embedder is not None
-            try:
-                dense_hits = await engine.store.search_dense(COLLECTION, embedder.vector_name, vector, flt, limit=prefetch)
-            except StoreError as exc:
-                # A collection whose first embeddings have not landed has no vector yet: answer lexically.
-                log.info("dense search unavailable", extra={"error": str(exc)})
-                notices.append("Semantic results are not ready yet (embedding in progress); results are lexical only.")
-                vector = None
-    text_hits: list[Hit] = []
-    if mode in ("hybrid", "lexical") or vector is None:
-        text_hits = await engine.store.search_text(COLLECTION, q_terms, flt, limit=prefetch)
-    used = mode if vector is not None or mode == "lexical" else "lexical"
-    return Retrieval(fuse(dense_hits, text_hits), used, notices, vector, q_terms)
+    found = await dense_and_text(
+        catalog_index(engine),
+        query,
+        flt,
+        embedder=engine.embedders.default,
+        dense=mode in ("hybrid", "dense"),
+        text=mode in ("hybrid", "lexical"),
+        limit=prefetch,
+        vector=vector,
+    )
+    used = mode if found.vector is not None or mode == "lexical" else "lexical"
+    return Retrieval(fuse(found.dense, found.text), used, found.notices, found.vector, found.query_terms)
 
 
 def fuse(dense_hits: Sequence[Hit], text_hits: Sequence[Hit]) -> list[Scored]:

@@ -1,21 +1,28 @@
-"""Per-engine catalog state: the record index, the rerank scorer (built once) and the waiting-items source."""
+"""Per-engine catalog state: the record index, the rerank scorer (built once) and the waiting-items source.
+
+The catalog's ``on_open`` puts it on the engine (``open_state``); every catalog module reads and
+writes the collection through its ``index``.
+"""
 
 from __future__ import annotations
 
 import logging
-import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from service.auth import Caller
 from service.catalog.keys import SURFACE_NAME
-from service.catalog.rerank import Scorer, ScorerError, build_scorer
-from service.catalog.waiting import WaitingSource, load_waiting_items
+from service.catalog.scorers import Scorer, ScorerError, build_scorer
 from service.engine.records import RecordIndex
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
+
+# Loads the caller's open waiting items (``waiting.load_waiting_items``, or a test's stand-in).
+WaitingSource = Callable[["Engine", Caller], Awaitable[list[dict[str, Any]]]]
 
 
 @dataclass
@@ -26,20 +33,22 @@ class CatalogState:
     builtin_domains: Any = None  # domains.BuiltinDomains, filled and dropped by service.catalog.domains
 
 
-# Keyed by id(engine); the weak reference guards against a recycled id after an engine is gone.
-_STATES: dict[int, tuple[weakref.ref[Any], CatalogState]] = {}
+def open_state(engine: Engine, waiting_source: WaitingSource) -> CatalogState:
+    """Open the catalog state on ``engine`` (the surface's ``on_open``)."""
+    state = CatalogState(index=engine.records(SURFACE_NAME), scorer=_scorer(engine), waiting_source=waiting_source)
+    engine.state[SURFACE_NAME] = state
+    return state
 
 
 def catalog_state(engine: Engine) -> CatalogState:
-    """The catalog state of ``engine``, created on first use (the scorer is built once per engine)."""
-    entry = _STATES.get(id(engine))
-    if entry is not None and entry[0]() is engine:
-        return entry[1]
-    state = CatalogState(index=engine.records(SURFACE_NAME), scorer=_scorer(engine), waiting_source=load_waiting_items)
-    for key in [k for k, (ref, _) in _STATES.items() if ref() is None]:
-        del _STATES[key]
-    _STATES[id(engine)] = (weakref.ref(engine), state)
+    """The catalog state the surface opened on ``engine``."""
+    state: CatalogState = engine.state_of(SURFACE_NAME)
     return state
+
+
+def catalog_index(engine: Engine) -> RecordIndex:
+    """The catalog's records on ``engine``."""
+    return catalog_state(engine).index
 
 
 def _scorer(engine: Engine) -> Scorer | None:

@@ -7,28 +7,26 @@ connection is ``disconnected`` (``block``) or ``degraded``. An ingested item abo
 integration or server stands in for the derived one. Only ``block`` and ``degraded`` items of the
 caller's own tenants show; setup and onboarding cards stay off the list. Ranked search shows the
 first few as its Waiting block within ``WAITING_BUDGET_S`` (past it the answer goes out without the
-block and says so in ``phaseTimings.waitingItemsTimedOut``); ``search.waiting_summary`` answers the full list.
+block and says so in ``phaseTimings.waitingItemsTimedOut``); ``waiting_summary`` answers the full list.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from service.auth import GLOBAL_TENANT, Caller
-from service.catalog.keys import COLLECTION, Kind
-from service.catalog.models import parse_timestamp
+from service.catalog.keys import Kind
+from service.catalog.parsing import parse_timestamp
+from service.catalog.state import WaitingSource, catalog_index, catalog_state
 from service.engine.store import Filter, Match, MatchAny, Range
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
-
-# Loads the caller's open waiting items (``load_waiting_items``, or a test's stand-in).
-WaitingSource = Callable[["Engine", Caller], Awaitable[list[dict[str, Any]]]]
 
 WAITING_BUDGET_S = 1.5
 SHOWN_ITEMS = 3
@@ -80,7 +78,7 @@ def sort_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _scroll(engine: Engine, flt: Filter) -> list[Mapping[str, Any]]:
-    page, _ = await engine.store.scroll(COLLECTION, flt, limit=MAX_ITEMS)
+    page, _ = await catalog_index(engine).scroll(flt, limit=MAX_ITEMS)
     return [p.payload for p in page]
 
 
@@ -156,3 +154,25 @@ async def check_waiting(source: WaitingSource, engine: Engine, caller: Caller, b
     except TimeoutError:
         return WaitingOutcome([], True, (loop.time() - started) * 1000)
     return WaitingOutcome(items, False, (loop.time() - started) * 1000)
+
+
+def waiting_block(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The Waiting block of a ranked answer: the first ``SHOWN_ITEMS`` items and where the rest are."""
+    more = max(0, len(items) - SHOWN_ITEMS)
+    return {
+        "items": list(items[:SHOWN_ITEMS]),
+        "more": more,
+        "total": len(items),
+        "summary": WAITING_SUMMARY_STEP,
+    }
+
+
+async def waiting_summary(engine: Engine, caller: Caller) -> dict[str, Any]:
+    """The full list of the caller's waiting items (the Waiting block shows the first few), without the block's time budget."""
+    items = await catalog_state(engine).waiting_source(engine, caller)
+    step = (
+        "Tell the user what is waiting on them; each item says what they must do, and a cleared item leaves this list."
+        if items
+        else "Nothing is waiting on the user."
+    )
+    return {"kind": "waiting", "items": items, "total": len(items), "nextStep": step}

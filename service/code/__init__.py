@@ -2,12 +2,14 @@
 registered workspace, with ``path:line:snippet`` output, regex, path and glob scope, and a
 graceful lexical fallback.
 
-Modules: ``walker``, ``chunker``, ``trigram`` (the index), ``prefilter`` (what a regex requires),
-``pattern`` (compiling a regex), ``scope`` (building blocks); ``model`` (collection and keys),
-``workspace`` (settings and the durable registry), ``parsing`` (request bodies), ``cache`` (the
-chunk cache on disk), ``indexer`` (revalidation), ``runtime`` (open workspaces), ``lexical``,
-``semantic``, ``ranking``, ``render``, ``search`` (one search), ``routes`` (HTTP), ``jobs`` (arq)
-and ``cli`` (``agentsearch index`` / ``search``).
+Modules: ``walker``, ``chunker``, ``languages``, ``trigram`` (the index), ``prefilter`` (what a regex requires),
+``pattern`` (compiling a regex), ``rematch`` and ``matchers`` (regex matching in killable processes),
+``scope``, ``skipped`` (building blocks); ``model`` (collection and keys), ``workspace`` (settings
+and the durable registry), ``roots`` (who may register which root), ``parsing`` (request bodies),
+``registration``, ``cache`` (the chunk cache on disk), ``ingest`` (revalidation: writing the
+records), ``state`` (the open workspaces of an engine), ``status`` (a workspace's index state),
+``lexical``, ``semantic``, ``ranking``, ``render``, ``search`` (one search: ``parse``, ``search``,
+``SEARCH``), ``routes`` (HTTP), ``jobs`` (arq) and ``cli`` (``agentsearch index`` / ``search``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from service.code.jobs import index_workspace_job, warm_workspace_job
 from service.code.model import COLLECTION, SPEC, SURFACE_NAME
 from service.code.roots import mark_no_index
 from service.code.routes import routes
+from service.code.search import SEARCH
 from service.code.semantic import INDEX_JOB, WARM_JOB
+from service.code.state import open_workspaces, workspaces_of
 from service.engine.store import VectorSpec
 from service.engine.surface import JobDef, SurfaceDef
 from service.errors import EmbeddingUnavailable
@@ -29,9 +33,10 @@ if TYPE_CHECKING:
 
 
 async def on_open(engine: Engine) -> None:
-    """Mark the data and index directories as never indexed (any walk, of any deployment, prunes
-    them), and create the default model's vector up front, so dense search works before the first
-    embedding lands."""
+    """Open the workspaces' state on the engine, mark the data and index directories as never
+    indexed (any walk, of any deployment, prunes them), and create the default model's vector up
+    front, so dense search works before the first embedding lands."""
+    await open_workspaces(engine)
     for directory in (engine.settings.data_dir, engine.settings.index_dir):
         if directory is not None:
             mark_no_index(directory)
@@ -43,14 +48,21 @@ async def on_open(engine: Engine) -> None:
         await engine.ensure_vector(COLLECTION, VectorSpec(embedder.vector_name, embedder.dimensions))
 
 
+async def on_close(engine: Engine) -> None:
+    """Close the open workspaces' caches and the regex matcher processes."""
+    workspaces_of(engine).close()
+
+
 SURFACE = SurfaceDef(
     name=SURFACE_NAME,
     spec=SPEC,
     routes=routes,
     on_open=on_open,
+    on_close=on_close,
     add_cli=add_cli,
     jobs={INDEX_JOB: JobDef(index_workspace_job, fast=True), WARM_JOB: JobDef(warm_workspace_job, fast=True)},
     bulk_embedding=True,
+    search=SEARCH,
 )
 
 __all__ = ["SURFACE"]

@@ -11,9 +11,10 @@ chunk texts by key or scan a directory's chunks in path order without loading th
 
 from __future__ import annotations
 
+import bisect
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,27 @@ class ChunkCache:
                 chunk = _row(row)
                 found.setdefault(chunk.path, []).append(chunk)
         return found
+
+    def chunks_at(self, lines: Mapping[str, Iterable[int]]) -> dict[tuple[str, int], CachedChunk]:
+        """The chunk holding each ``(path, line)`` asked for (by path, its lines); a line no chunk
+        holds (a blank line between chunks) is left out. Reads the chunks' spans first and whole
+        chunks only for those that hold a line asked for."""
+        spans: dict[str, list[tuple[int, int, str]]] = {}
+        for batch in _batches(list(lines)):
+            marks = ",".join("?" * len(batch))
+            query = f"SELECT path, start_line, end_line, key FROM chunks WHERE path IN ({marks}) ORDER BY path, start_line"
+            for path, start, end, key in self._db.execute(query, batch):
+                spans.setdefault(path, []).append((start, end, key))
+        wanted: dict[tuple[str, int], str] = {}
+        for path, numbers in lines.items():
+            file_spans = spans.get(path, [])
+            starts = [start for start, _end, _key in file_spans]
+            for number in numbers:
+                index = bisect.bisect_right(starts, number) - 1
+                if index >= 0 and file_spans[index][1] >= number:
+                    wanted[(path, number)] = file_spans[index][2]
+        chunks = self.by_keys(set(wanted.values()))
+        return {place: chunks[key] for place, key in wanted.items() if key in chunks}
 
     def by_keys(self, keys: Iterable[str]) -> dict[str, CachedChunk]:
         found: dict[str, CachedChunk] = {}

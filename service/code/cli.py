@@ -78,7 +78,7 @@ def _run(coroutine: Any) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    from service.settings import load_settings
+    from service.settings_loader import load_settings
 
     return load_settings(data_dir=Path(args.data_dir) if args.data_dir else None)
 
@@ -102,13 +102,6 @@ async def _open(args: argparse.Namespace, settings: Settings) -> Engine:
     from service.engine.startup import open_engine
 
     return await open_engine(settings, args.surfaces())
-
-
-async def _close(engine: Engine) -> None:
-    from service.code.runtime import close_workspaces
-
-    close_workspaces(engine)
-    await engine.close()
 
 
 def _bar(unit: str, desc: str) -> tqdm:
@@ -149,7 +142,7 @@ class _LazyBar:
 
 async def _registered(engine: Engine, root: Path, config: SearchConfig | None) -> Workspace:
     """The CLI user's workspace of ``root``; registered (with ``config``) when new or when given."""
-    from service.code.runtime import workspaces_of
+    from service.code.state import workspaces_of
     from service.code.workspace import SearchConfig, workspace_id
 
     workspaces = workspaces_of(engine)
@@ -162,7 +155,8 @@ async def _registered(engine: Engine, root: Path, config: SearchConfig | None) -
 
 async def _index(args: argparse.Namespace) -> int:
     from service.code.parsing import resolve_root
-    from service.code.runtime import workspaces_of
+    from service.code.state import workspaces_of
+    from service.code.status import index_status
 
     settings = _settings(args)
     root = resolve_root(str(Path(args.path).expanduser().absolute()), settings, trusted=True)
@@ -176,19 +170,20 @@ async def _index(args: argparse.Namespace) -> int:
             fresh = await workspaces.revalidate(workspace, force=True, progress=_progress(bar))
         if args.embed:
             await _embed_all(engine, workspace)
-        status = await workspaces.status(workspace)
+        status = await index_status(workspaces, workspace)
         if args.json:
             sys.stdout.write(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode() + "\n")
         else:
             print(_summary(status, fresh.report.as_dict() if fresh.report else {}, time.monotonic() - started))
     finally:
-        await _close(engine)
+        await engine.close()
     return 0
 
 
 async def _embed_all(engine: Engine, workspace: Workspace) -> None:
-    from service.code.runtime import workspace_filter, workspaces_of
+    from service.code.model import workspace_filter
     from service.code.semantic import embed_scope, embedder_for
+    from service.code.state import workspaces_of
 
     embedder = embedder_for(engine, workspace)
     if embedder is None:
@@ -231,21 +226,21 @@ async def _search(args: argparse.Namespace) -> int:
         workspace = await _registered(engine, root, None)
         bar = _LazyBar("file", "indexing")
         try:
-            answer = await search_workspace(engine, workspace, request, background=False, sync_budget_s=None, progress=bar)
+            result = await search_workspace(engine, workspace, request, background=False, sync_budget_s=None, progress=bar)
         finally:
             bar.close()
     finally:
-        await _close(engine)
+        await engine.close()
     if args.json:
-        sys.stdout.write(orjson.dumps(answer.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.color == "always" or (args.color == "auto" and sys.stdout.isatty()):
         from service.code.render import colored_output
 
-        tagged = answer.meta.get("mode") != "lexical"
-        print(colored_output(answer.results, answer.notices, tagged=tagged, highlight=_highlight(args)))
+        tagged = result.meta.get("mode") != "lexical"
+        print(colored_output(result.results, result.notices, tagged=tagged, highlight=_highlight(args)))
     else:
-        print(answer.output)
-    return 0 if answer.results else 1
+        print(result.output)
+    return 0 if result.results else 1
 
 
 def _highlight(args: argparse.Namespace) -> re.Pattern[str] | None:

@@ -7,41 +7,32 @@ else the most query terms, are the line-level matches shown as ``path:line:snipp
 
 Regex: the trigram index proposes candidate files (or none can be required: every file in
 scope), and Python's ``re`` matches each candidate's whole text, read from the workspace, in a
-matching process (``rematch.py``) that is killed when the time budget runs out: ``re`` can be
-neither interrupted nor kept from holding the GIL, a separate process is both. Lines come in path
-and line order, as ``grep -rn`` prints them.
+warm matching process (``rematch.py``, pooled by ``matchers.py``) that is killed when the time
+budget runs out: ``re`` can be neither interrupted nor kept from holding the GIL, a separate
+process is both. Lines come in path and line order, as ``grep -rn`` prints them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
-import json
 import re
-import sys
 import time
-import weakref
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import cached_property
 from typing import Any
 
 from service.code.cache import CachedChunk
+from service.code.matchers import MatcherPool, MatchRun, default_pool
 from service.code.model import COLLECTION
-from service.code.runtime import WorkspaceRuntime
 from service.code.scope import Scope
+from service.code.state import WorkspaceRuntime
 from service.engine.analyzer import analyze, query_terms
 from service.engine.store import Filter, Store
 
 LITERAL_CANDIDATES = 2_000
 REGEX_CANDIDATES = 20_000
-# Matching processes at once per event loop: a burst of hostile regexes queues behind itself (each
-# still stops at its own deadline, time queued included) and leaves the other cores to the rest.
-REGEX_PROCESSES = 2
-MATCHER_LINE_BYTES = 32 << 20  # one file's answer line (at most limit + 1 lines of 4 KiB, JSON-escaped)
-_MATCHER = Path(__file__).with_name("rematch.py")  # run as a script, never imported
-_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 _WORD = re.compile(r"\w+")
+_BLANKS = re.compile(r"[ \t]+")
 
 
 @dataclass
@@ -74,14 +65,38 @@ class QueryText:
 
     literal: str
     terms: str
+    # Per word of the text searched, the query's terms among its analyzed terms (one search's memo).
+    _word_terms: dict[str, frozenset[str]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, query: str) -> QueryText:
         return cls(literal=query.strip(), terms=query_terms(query))
 
-    @property
+    @cached_property
     def term_set(self) -> frozenset[str]:
         return frozenset(self.terms.split())
+
+    def terms_in(self, line: str, *, first_only: bool = False) -> set[str]:
+        """``term_set & set(analyze(line))`` (with ``first_only``: stopping at the first found),
+        each distinct word analyzed once per query, and only when it can hold a query term. No
+        identifier spans a space or a tab, so the line's terms are its words' terms; an ASCII
+        word's terms are substrings of its lowercase letters and digits, so a word without a
+        query term among those has none. A word with other characters (whose terms may fold to
+        letters it does not show) is always analyzed."""
+        found: set[str] = set()
+        for word in _BLANKS.split(line):
+            held = self._word_terms.get(word)
+            if held is None:
+                wanted = self.term_set
+                if word.isascii() and not any(term in _NON_ALNUM.sub("", word.lower()) for term in wanted):
+                    held = frozenset()
+                else:
+                    held = wanted.intersection(analyze(word))
+                self._word_terms[word] = held
+            found.update(held)
+            if found and first_only:
+                break
+        return found
 
 
 async def ranked_lexical(store: Store, runtime: WorkspaceRuntime, flt: Filter, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
@@ -136,11 +151,39 @@ def matching_lines(chunk: CachedChunk, query: QueryText, max_lines: int) -> list
         compact = _NON_ALNUM.sub("", line.lower())
         if not any(term in compact for term in wanted):
             continue  # a cheap test before the analyzer: every term of a line is a substring of it
-        overlap = len(wanted.intersection(analyze(line)))
+        overlap = len(query.terms_in(line))
         if overlap:
             scored.append((overlap, chunk.start_line + i, line))
     best = sorted(scored, key=lambda s: (-s[0], s[1]))[:max_lines]
     return [(line_no, line) for _, line_no, line in sorted(best, key=lambda s: s[1])]
+
+
+def shown_line_count(chunk: CachedChunk, query: QueryText, max_lines: int) -> int:
+    """How many lines the chunk shows: ``len(matching_lines(chunk, query, max_lines))``, or 1 (its
+    anchor line) when none match, counted without scoring lines and stopping at ``max_lines``
+    (what a search counts for the chunks past its limit)."""
+    needle = query.literal.lower()
+    if needle:
+        # Lowercasing maps no character to or from a newline: the lowered text has the same lines.
+        holding = 0
+        for line in chunk.text.lower().split("\n"):
+            if needle in line:
+                holding += 1
+                if holding >= max_lines:
+                    return holding
+        if holding:
+            return holding
+    wanted = query.term_set
+    if not wanted:
+        return 1
+    matching = 0
+    for line in chunk.text.split("\n"):
+        compact = _NON_ALNUM.sub("", line.lower())
+        if any(term in compact for term in wanted) and query.terms_in(line, first_only=True):
+            matching += 1
+            if matching >= max_lines:
+                return matching
+    return matching or 1
 
 
 def anchor_line(chunk: CachedChunk) -> tuple[int, str]:
@@ -181,16 +224,6 @@ class RegexOutcome:
     error: str | None = None
 
 
-@dataclass
-class MatchRun:
-    """What a matching process answered: per file index its lines, and how far it got."""
-
-    found: list[tuple[int, list[tuple[int, str]]]] = field(default_factory=list)
-    scanned: int = 0
-    timed_out: bool = False
-    error: str | None = None
-
-
 async def regex_search(
     runtime: WorkspaceRuntime,
     scope: Scope,
@@ -199,8 +232,10 @@ async def regex_search(
     limit: int,
     budget_s: float,
     max_file_bytes: int,
+    matchers: MatcherPool | None = None,
 ) -> RegexOutcome:
-    """Lines matching ``compiled`` in scope, in path and line order, at most ``limit``, within ``budget_s``."""
+    """Lines matching ``compiled`` in scope, in path and line order, at most ``limit``, within
+    ``budget_s``, matched by a process of ``matchers`` (default: the shared pool)."""
     outcome = RegexOutcome()
     deadline = time.monotonic() + budget_s
     ignore_case = bool(compiled.flags & re.IGNORECASE)
@@ -219,85 +254,21 @@ async def regex_search(
         "max_matches": limit + 1,
         "files": [{"path": path} for path in paths],
     }
-    run = await run_matcher(request, deadline)
+    run = await run_matcher(request, deadline, matchers)
     outcome.files_scanned, outcome.timed_out, outcome.error = run.scanned, run.timed_out, run.error
-    matched = [paths[index] for index, _ in run.found]
-    chunks = runtime.cache.chunks_of(matched)
-    for index, lines in run.found:
-        path = paths[index]
-        outcome.matches.extend(LineMatch(path, line, text, _chunk_at(chunks.get(path, []), line)) for line, text in lines)
-    if len(outcome.matches) > limit:
-        outcome.matches = outcome.matches[:limit]
+    found = [(paths[index], line, text) for index, lines in run.found for line, text in lines]
+    if len(found) > limit:
+        found = found[:limit]
         outcome.truncated = True
+    wanted: dict[str, list[int]] = {}
+    for path, line, _text in found:
+        wanted.setdefault(path, []).append(line)
+    chunks = runtime.cache.chunks_at(wanted)
+    outcome.matches = [LineMatch(path, line, text, chunks.get((path, line))) for path, line, text in found]
     return outcome
 
 
-async def run_matcher(request: dict[str, Any], deadline: float) -> MatchRun:
-    """Run one request (``rematch.py``'s protocol) in a matching process; past ``deadline`` the
-    process is killed and the files it answered stay answered."""
-    run = MatchRun()
-    slots = _slots()
-    try:
-        await asyncio.wait_for(slots.acquire(), timeout=max(deadline - time.monotonic(), 0.0))
-    except TimeoutError:
-        run.timed_out = True
-        return run
-    try:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-S",
-            str(_MATCHER),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            limit=MATCHER_LINE_BYTES,
-        )
-        try:
-            await asyncio.wait_for(_converse(process, request, run), timeout=max(deadline - time.monotonic(), 0.0))
-        except TimeoutError:
-            run.timed_out = True
-        finally:
-            if process.returncode is None:
-                process.kill()
-            await process.wait()
-    finally:
-        slots.release()
-    return run
-
-
-async def _converse(process: asyncio.subprocess.Process, request: dict[str, Any], run: MatchRun) -> None:
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(json.dumps(request).encode())
-    await process.stdin.drain()
-    process.stdin.close()
-    while True:
-        line = await process.stdout.readline()
-        if not line:
-            run.error = "the matching process ended early"
-            return
-        message = json.loads(line)
-        if message.get("done"):
-            return
-        if "error" in message:
-            run.error = str(message["error"])
-            return
-        run.scanned += 1
-        if message.get("lines"):
-            run.found.append((int(message["i"]), [(int(number), str(text)) for number, text in message["lines"]]))
-
-
-def _slots() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    slots = _SLOTS.get(loop)
-    if slots is None:
-        slots = _SLOTS[loop] = asyncio.Semaphore(REGEX_PROCESSES)
-    return slots
-
-
-def _chunk_at(chunks: list[CachedChunk], line: int) -> CachedChunk | None:
-    """The chunk holding ``line`` (chunks are in line order); None when no chunk holds it."""
-    index = bisect.bisect_right([c.start_line for c in chunks], line) - 1
-    if index < 0 or chunks[index].end_line < line:
-        return None
-    return chunks[index]
+async def run_matcher(request: dict[str, Any], deadline: float, pool: MatcherPool | None = None) -> MatchRun:
+    """Run one request (``rematch.py``'s protocol) in a warm matching process of ``pool`` (default:
+    the shared one); past ``deadline`` the process is killed and the files it answered stay answered."""
+    return await (pool or default_pool()).run(request, deadline)

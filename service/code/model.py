@@ -20,9 +20,14 @@ stays cold until a query embeds a small scope, a broad fallback warms it, or it 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from service.engine import analyzer
 from service.engine.records import collection_spec
+from service.engine.store import Filter, Match
+
+if TYPE_CHECKING:
+    from service.code.workspace import Workspace
 
 SURFACE_NAME = "code"
 COLLECTION = "code"
@@ -36,6 +41,11 @@ def chunk_key(workspace_id: str, path: str, chunk_hash: str, occurrence: int) ->
     """The record key of a chunk: stable while its text and path are."""
     base = f"{workspace_id}|{path}|{chunk_hash}"
     return base if occurrence == 0 else f"{base}|{occurrence}"
+
+
+def workspace_filter(workspace: Workspace) -> Filter:
+    """Every chunk of the workspace (the tenant first: it is the collection's tenant index)."""
+    return Filter(must=(Match("tenant", workspace.tenant), Match("workspace", workspace.id)))
 
 
 def dirs_of(path: str) -> list[str]:

@@ -2,20 +2,27 @@
 
 Regex search means Python's ``re``, exactly. ``re`` cannot be interrupted and holds the GIL while
 it matches, so a catastrophic pattern (``(a+)+$``) would stall the server for as long as it
-backtracks. The service therefore runs every regex match in this separate process (stdlib only,
+backtracks. The service therefore runs every regex match in a separate process (stdlib only,
 started as ``python -I -S rematch.py``) and kills it when the search's time budget runs out,
-keeping the files answered before.
+keeping the files answered before. A process serves one request after another (``matchers.py``
+keeps a few warm); it exits at the end of its input, or after ``IDLE_EXIT_S`` without a request.
 
-Protocol: one JSON request on stdin::
+Protocol: one JSON request per line on stdin::
 
     {"pattern": str, "flags": int, "root": str, "max_bytes": int, "max_matches": int,
-     "files": [{"path": str, "text"?: str}, ...]}
+     "alarm_s"?: int, "files": [{"path": str, "text"?: str}, ...]}
 
-then one JSON line on stdout per file, in order (``{"i": index, "lines": [[line, text], ...]}``,
-``"skipped": true`` for a file that could not be read), and ``{"done": true}`` last (or
-``{"error": message}``). A file without ``text`` is read from ``root``: a regular file whose real
+then JSON lines on stdout, files in order: ``{"i": index, "lines": [[line, text], ...]}`` for a
+file with matching lines, ``{"i": index, "skipped": true}`` for a file that could not be read,
+``{"i": index}`` now and then to say the files up to ``index`` are done (a file without a match
+has no line of its own), and ``{"done": true, "scanned": n}`` last (or ``{"error": message}``).
+A file's line is written as soon as it is matched, so a process killed mid-request has told
+what it found before. A file without ``text`` is read from ``root``: a regular file whose real
 path lies inside the root, at most ``max_bytes``, without a NUL byte in its first 8 KiB (the
 walker's own rules), decoded as UTF-8 with replacement, as the indexer reads it.
+
+``alarm_s`` arms ``SIGALRM`` (no handler: the kernel ends the process) for the request: should
+the service die while a match runs, the match still ends then.
 
 The lines of a file are those on which a match starts, one entry per line as ``grep -n`` prints
 them, numbered by ``\\n`` like the chunker: exactly the lines holding a position ``p`` where
@@ -25,17 +32,24 @@ them, numbered by ``\\n`` like the chunker: exactly the lines holding a position
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import select
+import signal
 import stat
 import sys
+import time
+from collections.abc import Iterator
 from typing import IO, Any
 
 BINARY_PROBE_BYTES = 8192
 MAX_LINE_CHARS = 4096  # a matched line comes back cut to this (the answer's snippet is shorter still)
 MEMORY_LIMIT_BYTES = 2 << 30  # a pattern that makes re allocate without bound fails here, not on the host
 NICENESS = 10
+PROGRESS_EVERY_S = 0.005  # how often files without a match are reported done
+IDLE_EXIT_S = 300.0  # a process without a request this long ends itself
 
 
 def line_matches(pattern: re.Pattern[str], text: str, max_matches: int) -> list[tuple[int, str]]:
@@ -58,47 +72,101 @@ def line_matches(pattern: re.Pattern[str], text: str, max_matches: int) -> list[
     return matches
 
 
+class FileReader:
+    """Reads workspace files under one root, whose real path is resolved once; each directory's
+    real path once per request too (a request lists many files of few directories)."""
+
+    def __init__(self, root: str, max_bytes: int) -> None:
+        self.real_root = os.path.realpath(root)
+        self.max_bytes = max_bytes
+        self._inside = self.real_root + os.sep
+        self._dirs: dict[str, str] = {}
+
+    def read(self, rel_path: str) -> str | None:
+        """The text of a workspace file, or None when it is gone, outside the root, too large or binary."""
+        directory, _, name = rel_path.rpartition("/")
+        real_dir = self._dirs.get(directory)
+        if real_dir is None:
+            real_dir = self._dirs[directory] = os.path.realpath(os.path.join(self.real_root, directory))
+        real = os.path.join(real_dir, name)
+        if not real.startswith(self._inside) or name in ("", ".", ".."):
+            # The directory's real path leaves the root (a link swapped in since the walk), or the
+            # name is not a plain one: resolve the whole path as it stands.
+            real = os.path.realpath(os.path.join(self.real_root, rel_path))
+            if not real.startswith(self._inside):
+                return None
+        data = self._read_bytes(real)
+        if data is None and self._last_error == errno.ELOOP:
+            # The file itself is now a link: read what it points to, if that is inside the root.
+            real = os.path.realpath(real)
+            data = self._read_bytes(real) if real.startswith(self._inside) else None
+        if data is None or len(data) > self.max_bytes or b"\0" in data[:BINARY_PROBE_BYTES]:
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    _last_error = 0
+
+    def _read_bytes(self, real: str) -> bytes | None:
+        self._last_error = 0
+        try:
+            # O_NONBLOCK: a fifo swapped in since the walk must not block the open. O_NOFOLLOW: a
+            # link swapped in for the file is resolved (and checked) first.
+            descriptor = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as exc:
+            self._last_error = exc.errno or 0
+            return None
+        try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > self.max_bytes:
+                return None
+            pieces = []
+            left = self.max_bytes + 1
+            while left > 0:
+                piece = os.read(descriptor, left)
+                if not piece:
+                    break
+                pieces.append(piece)
+                left -= len(piece)
+            return b"".join(pieces)
+        except OSError:
+            return None
+        finally:
+            os.close(descriptor)
+
+
 def read_text(root: str, rel_path: str, max_bytes: int) -> str | None:
     """The text of a workspace file, or None when it is gone, outside the root, too large or binary."""
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(os.path.join(real_root, rel_path))
-    if not real.startswith(real_root + os.sep):
-        return None  # a symlink swapped in since the walk, pointing out of the workspace
-    try:
-        # O_NONBLOCK: a fifo swapped in since the walk must not block the open.
-        descriptor = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(descriptor, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
-                return None
-            data = handle.read(max_bytes + 1)
-    except OSError:
-        return None
-    if len(data) > max_bytes or b"\0" in data[:BINARY_PROBE_BYTES]:
-        return None
-    return data.decode("utf-8", errors="replace")
+    return FileReader(root, max_bytes).read(rel_path)
 
 
 def serve(request: dict[str, Any], out: IO[str]) -> None:
-    """Answer one request (see the module docstring), a line per file as it is matched."""
+    """Answer one request (see the module docstring), a line per matched file as it is matched."""
     pattern = re.compile(request["pattern"], int(request["flags"]))
     left = int(request["max_matches"])
-    root, max_bytes = str(request["root"]), int(request["max_bytes"])
+    reader = FileReader(str(request["root"]), int(request["max_bytes"]))
+    scanned = 0
+    reported = time.monotonic()
     for index, item in enumerate(request["files"]):
         if left <= 0:
             break
         text = item.get("text")
         if text is None:
-            text = read_text(root, str(item["path"]), max_bytes)
+            text = reader.read(str(item["path"]))
+        scanned = index + 1
         if text is None:
             out.write(json.dumps({"i": index, "skipped": True}) + "\n")
-            out.flush()
-            continue
-        found = line_matches(pattern, text, left)
-        left -= len(found)
-        out.write(json.dumps({"i": index, "lines": found}) + "\n")
+        else:
+            found = line_matches(pattern, text, left)
+            if found:
+                left -= len(found)
+                out.write(json.dumps({"i": index, "lines": found}) + "\n")
+            elif time.monotonic() - reported < PROGRESS_EVERY_S:
+                continue
+            else:
+                out.write(f'{{"i": {index}}}\n')
         out.flush()
-    out.write('{"done": true}\n')
+        reported = time.monotonic()
+    out.write(json.dumps({"done": True, "scanned": scanned}) + "\n")
     out.flush()
 
 
@@ -115,13 +183,46 @@ def _limit_resources() -> None:
         os.nice(NICENESS)
 
 
+def requests(source: int, idle_exit_s: float) -> Iterator[bytes]:
+    """The request lines read from ``source``, until its end or ``idle_exit_s`` without one."""
+    pending = bytearray()
+    while True:
+        end = pending.find(b"\n")
+        if end >= 0:
+            line = bytes(pending[: end + 1])
+            del pending[: end + 1]
+            yield line
+            continue
+        readable, _, _ = select.select([source], [], [], idle_exit_s)
+        if not readable:
+            return  # idle too long: the pool starts another when it needs one
+        data = os.read(source, 1 << 16)
+        if not data:
+            return
+        pending += data
+
+
 def main() -> int:
+    """Serve requests until the end of input (or ``IDLE_EXIT_S`` without one); a request that
+    fails ends the process (after its ``error`` line): its state after a ``MemoryError`` is not
+    to be trusted."""
     _limit_resources()
-    try:
-        serve(json.loads(sys.stdin.read()), sys.stdout)
-    except (re.error, ValueError, KeyError, TypeError, MemoryError, RecursionError) as exc:
-        sys.stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
-        return 1
+    alarm = getattr(signal, "alarm", None)
+    for line in requests(sys.stdin.fileno(), IDLE_EXIT_S):
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            if alarm is not None:
+                alarm(max(int(request.get("alarm_s", 0)), 0))
+            serve(request, sys.stdout)
+        except (re.error, ValueError, KeyError, TypeError, MemoryError, RecursionError) as exc:
+            sys.stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
+            sys.stdout.flush()
+            return 1
+        finally:
+            if alarm is not None:
+                alarm(0)
     return 0
 
 

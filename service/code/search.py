@@ -1,12 +1,15 @@
-"""One workspace code search, start to finish.
+"""One workspace code search, start to finish (one module: its passes share one context and fall back into each other).
 
-1. Check the request against the workspace (scope, regex) before touching anything.
+1. ``parse``: the workspace the caller owns, its root still there, and the request checked against
+   it (scope, regex), before the rate limit counts the search (``run_search``).
 2. Revalidate the workspace if due (mtime and size, at most every ``revalidate_interval_s``).
 3. Regex: the lexical regex pass, always (a regex search never runs semantically).
 4. Otherwise the chunk-aware lexical pass over the scope, then, in hybrid mode, the semantic pass
    (query embedding against the scope's chunk vectors), RRF fusion of the two chunk lists, and
    the path-aware adjustments after fusion.
 5. Render text-first output, results, notices and metadata.
+6. ``search`` answers it for ``run_search``, within the request's ``Deadline``; the command line
+   searches locally through ``search_workspace`` (no rate limit, no deadline).
 
 Hybrid never hard-fails: no model, a failing endpoint or a scope too large to embed now give
 lexical results with a notice saying why.
@@ -22,13 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from service.code.lexical import ChunkHit, QueryText, ranked_lexical, regex_search
-from service.code.model import COLLECTION
-from service.code.parsing import MAX_LIMIT, Mode, SearchRequest
+from service.auth import Caller
+from service.code.lexical import ChunkHit, QueryText, ranked_lexical, regex_search, shown_line_count
+from service.code.model import workspace_filter
+from service.code.parsing import MAX_LIMIT, Mode, SearchRequest, parse_search_body
 from service.code.pattern import regex_compile
 from service.code.ranking import adjust, fuse
-from service.code.render import ResultLine, hybrid_lines, lexical_lines, output_text, regex_lines
-from service.code.runtime import WorkspaceRuntime, workspace_filter, workspaces_of
+from service.code.render import MAX_LINES_PER_CHUNK, ResultLine, hybrid_lines, lexical_lines, output_text, regex_lines
 from service.code.scope import Scope, ScopeError, ScopeNotFound, resolve_scope
 from service.code.semantic import (
     SCOPE_TOO_LARGE,
@@ -42,10 +45,15 @@ from service.code.semantic import (
     scope_state,
 )
 from service.code.skipped import skip_reason
+from service.code.state import WorkspaceRuntime, workspaces_of
 from service.code.workspace import Workspace
+from service.engine.deadline import Deadline
 from service.engine.embeddings import Embedder
+from service.engine.search import LEXICAL_ONLY, embed_query_or_notice
 from service.engine.store import Filter, Match, MatchAny, StoreError
+from service.engine.surface import SearchAnswer, SurfaceSearch
 from service.errors import EmbeddingUnavailable, InvalidRegex, NotFound, PathOutsideWorkspace
+from service.ratelimit import Surface
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -64,7 +72,9 @@ ANSWER_MARGIN_S = 2.0
 
 
 @dataclass
-class SearchAnswer:
+class CodeResult:
+    """One workspace search's result (``as_dict``: the answer body)."""
+
     output: str
     results: list[dict[str, Any]]
     notices: list[str]
@@ -88,6 +98,36 @@ class _Context:
     notices: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkspaceSearch:
+    """A parsed search: the workspace it searches and the request, checked against it."""
+
+    workspace: Workspace
+    request: SearchRequest
+
+
+async def parse(engine: Engine, caller: Caller, body: Any, target: str | None) -> WorkspaceSearch:
+    """The workspace ``target`` if the caller owns it (404 otherwise, as for one that does not
+    exist), the body, a root still there (409, not a scope that does not exist), the scope and the
+    regex: bad input is refused before the rate limit counts the search."""
+    workspaces = workspaces_of(engine)
+    workspace = workspaces.owned((caller.user_tenant,), target or "")
+    request = parse_search_body(body)
+    workspaces.require_root(workspace)
+    check_scope(workspace, request)
+    check_regex(request)
+    return WorkspaceSearch(workspace, request)
+
+
+async def search(engine: Engine, caller: Caller, request: WorkspaceSearch, deadline: Deadline) -> SearchAnswer:
+    """The answer body (output, results, notices, meta); the semantic pass gives up in time for a
+    lexical answer within ``deadline``."""
+    result = await search_workspace(engine, request.workspace, request.request, deadline_s=deadline.remaining_s())
+    for phase, duration_ms in result.timings_ms.items():
+        deadline.add(phase, duration_ms)
+    return SearchAnswer(body=result.as_dict())
 
 
 def check_scope(workspace: Workspace, request: SearchRequest) -> Scope:
@@ -117,8 +157,8 @@ async def search_workspace(
     sync_budget_s: float | None = INLINE_SYNC_BUDGET_S,
     deadline_s: float | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> SearchAnswer:
-    """Search one workspace. ``background``: may enqueue index and warm jobs (a server, not the CLI);
+) -> CodeResult:
+    """Search one workspace (no rate limit: ``search`` is the caller's door). ``background``: may enqueue index and warm jobs (a server, not the CLI);
     ``deadline_s``: the time the whole search may take (the semantic pass gives up in time for a
     lexical answer)."""
     answer_by = None if deadline_s is None else time.monotonic() + deadline_s - ANSWER_MARGIN_S
@@ -161,7 +201,13 @@ async def _regex(ctx: _Context, compiled: re.Pattern[str]) -> list[ResultLine]:
     started = time.perf_counter()
     request = ctx.request
     outcome = await regex_search(
-        ctx.runtime, ctx.scope, compiled, limit=request.limit, budget_s=REGEX_BUDGET_S, max_file_bytes=ctx.engine.settings.max_file_bytes
+        ctx.runtime,
+        ctx.scope,
+        compiled,
+        limit=request.limit,
+        budget_s=REGEX_BUDGET_S,
+        max_file_bytes=ctx.engine.settings.max_file_bytes,
+        matchers=workspaces_of(ctx.engine).matchers,
     )
     ctx.timings["regex"] = _ms(started)
     if outcome.timed_out:
@@ -206,7 +252,9 @@ async def _ranked(ctx: _Context) -> list[ResultLine]:
     used = request.mode if semantic is not None else Mode.LEXICAL
     fused = adjust(fuse(lexical, semantic or []))
     if used is Mode.LEXICAL:
-        lines, available = lexical_lines(fused, query, request.limit)
+        # Every chunk shows a line at least: the first ``limit`` chunks hold the lines shown, the rest are only counted.
+        lines, available = lexical_lines(fused[: request.limit], query, request.limit)
+        available += sum(shown_line_count(hit.chunk, query, MAX_LINES_PER_CHUNK) for hit in fused[request.limit :])
         _note_cut(ctx, len(lines), available, "matching lines")
     else:
         lines, available = hybrid_lines(fused, query, request.limit)
@@ -235,9 +283,11 @@ async def _semantic(ctx: _Context, query: str, depth: int) -> list[ChunkHit] | N
     try:
         embedder = embedder_for(engine, workspace)
     except EmbeddingUnavailable as exc:
-        return _fallback(ctx, "embeddings_unavailable", f"embeddings unavailable ({exc}); lexical results only")
+        return _unavailable(ctx, exc)
     if embedder is None:
-        return _fallback(ctx, "embeddings_not_configured", "embeddings are not configured; lexical results only")
+        notices: list[str] = []
+        await embed_query_or_notice(None, query, notices)
+        return _fallback(ctx, "embeddings_not_configured", notices[0])
     workspaces = workspaces_of(engine)
     state = await scope_state(workspaces, workspace, ctx.flt)
     limit = engine.settings.semantic_scope_limit
@@ -248,7 +298,9 @@ async def _semantic(ctx: _Context, query: str, depth: int) -> list[ChunkHit] | N
     started = time.perf_counter()
     budget = None if ctx.deadline is None else max(ctx.deadline - time.monotonic(), 0.0)
     try:
-        embedded_now, vector = await asyncio.wait_for(_embed(ctx, embedder, query, state.unembedded, limit), timeout=budget)
+        embedded_now, vector, notices = await asyncio.wait_for(_embed(ctx, embedder, query, state.unembedded, limit), timeout=budget)
+        if vector is None:
+            return _fallback(ctx, "embeddings_unavailable", notices[0])
         ctx.timings["embed"] = _ms(started)
         started = time.perf_counter()
         hits = await dense_hits(engine, embedder, vector, ctx.flt, depth)
@@ -256,13 +308,13 @@ async def _semantic(ctx: _Context, query: str, depth: int) -> list[ChunkHit] | N
         return _fallback(
             ctx,
             "embeddings_too_slow",
-            "embedding did not finish in time (the model may still be loading); lexical results only, chunks embedded so far stay embedded",
+            f"embedding did not finish in time (the model may still be loading); {LEXICAL_ONLY}, chunks embedded so far stay embedded",
         )
     except EmbeddingUnavailable as exc:
-        return _fallback(ctx, "embeddings_unavailable", f"embeddings unavailable ({exc}); lexical results only")
+        return _unavailable(ctx, exc)
     except StoreError as exc:
         log.warning("semantic pass failed", extra={"workspace": workspace.id, "error": str(exc)})
-        return _fallback(ctx, "semantic_failed", "semantic search failed on the index; lexical results only")
+        return _fallback(ctx, "semantic_failed", f"semantic search failed on the index; {LEXICAL_ONLY}")
     ctx.timings["semantic"] = _ms(started)
     ctx.meta["embedded_now"] = embedded_now
     keyed = {str(hit.payload.get("key")): hit.score for hit in hits}
@@ -275,11 +327,13 @@ async def _semantic(ctx: _Context, query: str, depth: int) -> list[ChunkHit] | N
     return ranked
 
 
-async def _embed(ctx: _Context, embedder: Embedder, query: str, unembedded: int, limit: int) -> tuple[int, list[float]]:
-    """Embed the scope's chunks that have no vector yet (at most ``limit``), then the query."""
+async def _embed(ctx: _Context, embedder: Embedder, query: str, unembedded: int, limit: int) -> tuple[int, list[float] | None, list[str]]:
+    """Embed the scope's chunks that have no vector yet (at most ``limit``), then the query (None
+    with the notice saying why)."""
     assert ctx.flt is not None
     embedded_now = await embed_scope(ctx.engine, embedder, ctx.flt, limit) if unembedded else 0
-    return embedded_now, await embedder.embed_query(query)
+    notices: list[str] = []
+    return embedded_now, await embed_query_or_notice(embedder, query, notices), notices
 
 
 async def _warm_after_fallback(ctx: _Context, cold: int) -> None:
@@ -296,6 +350,12 @@ async def _warm_after_fallback(ctx: _Context, cold: int) -> None:
     ctx.meta["warming"] = scheduled
     if scheduled:
         ctx.notices.append(WARMING_RUNNING if workspace.warm else WARMING_SCHEDULED)
+
+
+def _unavailable(ctx: _Context, exc: EmbeddingUnavailable) -> list[ChunkHit] | None:
+    """The model failed outside the query's embedding (building it, embedding the scope): the same
+    notice as a failed query embedding."""
+    return _fallback(ctx, "embeddings_unavailable", f"embeddings unavailable ({exc}); {LEXICAL_ONLY}")
 
 
 def _fallback(ctx: _Context, reason: str, notice: str) -> list[ChunkHit] | None:
@@ -336,7 +396,7 @@ def _explain_empty(ctx: _Context) -> None:
     ctx.notices.append(f"{reason}; search an indexed path, or change that rule to index it")
 
 
-def _answer(ctx: _Context, lines: list[ResultLine]) -> SearchAnswer:
+def _answer(ctx: _Context, lines: list[ResultLine]) -> CodeResult:
     ctx.meta.setdefault("fallback", None)
     ctx.meta.setdefault("warming", ctx.workspace.warm)
     ctx.meta["requested_mode"] = ctx.request.mode.value
@@ -344,7 +404,7 @@ def _answer(ctx: _Context, lines: list[ResultLine]) -> SearchAnswer:
     ctx.meta["query_scope"] = {"path": ctx.scope.prefix or ".", "glob": ctx.scope.glob}
     ctx.meta["timings_ms"] = {name: round(ms, 2) for name, ms in ctx.timings.items()}
     results = [line.as_dict() for line in lines]
-    return SearchAnswer(
+    return CodeResult(
         output=output_text(lines, notices=ctx.notices), results=results, notices=ctx.notices, meta=ctx.meta, timings_ms=ctx.timings
     )
 
@@ -353,4 +413,6 @@ def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-__all__ = ["COLLECTION", "SearchAnswer", "check_regex", "check_scope", "scope_filter", "search_workspace"]
+SEARCH = SurfaceSearch(rate_limit=Surface.CODE, parse=parse, search=search, deadline_advice="narrow path or glob")
+
+__all__ = ["SEARCH", "CodeResult", "check_regex", "check_scope", "parse", "scope_filter", "search", "search_workspace"]

@@ -17,12 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from service.code.model import COLLECTION
-from service.code.runtime import Workspaces, workspaces_of
+from service.code.ingest import queue_cold
+from service.code.model import COLLECTION, SURFACE_NAME
+from service.code.state import Workspaces, workspaces_of
 from service.code.workspace import Workspace
 from service.engine.embeddings import Embedder
 from service.engine.records import DONE
-from service.engine.store import Filter, Hit, Match, StoreError, VectorSpec, point_id
+from service.engine.store import Filter, Hit, Match, StoreError, VectorSpec
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -70,7 +71,7 @@ async def scope_state(workspaces: Workspaces, workspace: Workspace, flt: Filter)
 async def embed_scope(engine: Engine, embedder: Embedder, flt: Filter, limit: int, progress: Callable[[int], object] | None = None) -> int:
     """Embed every chunk under ``flt`` that has no current vector (at most ``limit``); returns how many."""
     not_done = Filter(must=flt.must, should=flt.should, must_not=(*flt.must_not, Match("embed_state", DONE)))
-    page, _ = await engine.store.scroll(COLLECTION, not_done, limit=limit)
+    page, _ = await engine.records(SURFACE_NAME).scroll(not_done, limit=limit)
     items = [(str(p.payload["key"]), str(p.payload["content_hash"]), str(p.payload.get("embed_text", ""))) for p in page]
     # Batches of similar length pad less: the model's cost follows the longest text of a batch.
     items.sort(key=lambda item: len(item[2]))
@@ -90,19 +91,18 @@ async def embed_items(engine: Engine, embedder: Embedder, items: Sequence[tuple[
     chunk text, so a current hash means the vector fits."""
     if not items:
         return 0
+    records = engine.records(SURFACE_NAME)
     vectors = await embedder.embed_documents([text for _, _, text in items])
     vector = VectorSpec(embedder.vector_name, embedder.dimensions)
     await engine.ensure_vector(COLLECTION, vector)
-    ids = {point_id(COLLECTION, key): expected for key, expected, _ in items}
-    current = {p.id: p.payload.get("content_hash") for p in await engine.store.retrieve(COLLECTION, list(ids))}
+    current = {key: payload.get("content_hash") for key, payload in (await records.get_many([key for key, _, _ in items])).items()}
     written = 0
     for (key, expected, _), values in zip(items, vectors, strict=True):
-        pid = point_id(COLLECTION, key)
-        if current.get(pid) != expected:
+        if current.get(key) != expected:
             continue
         try:
-            await engine.store.update_vectors(COLLECTION, [(pid, {vector.name: values})])
-            await engine.store.set_payload(COLLECTION, [pid], {"embedded_hash": expected, "embed_state": DONE, "vector_name": vector.name})
+            await records.update_vectors([(key, {vector.name: values})])
+            await records.set_payload([key], {"embedded_hash": expected, "embed_state": DONE, "vector_name": vector.name})
         except StoreError:
             continue  # deleted between the read and the write
         written += 1
@@ -111,7 +111,7 @@ async def embed_items(engine: Engine, embedder: Embedder, items: Sequence[tuple[
 
 async def dense_hits(engine: Engine, embedder: Embedder, vector: Sequence[float], flt: Filter, depth: int) -> list[Hit]:
     await engine.ensure_vector(COLLECTION, VectorSpec(embedder.vector_name, embedder.dimensions))
-    return await engine.store.search_dense(COLLECTION, embedder.vector_name, vector, flt, limit=depth)
+    return await engine.records(SURFACE_NAME).search_dense(embedder.vector_name, vector, flt, limit=depth)
 
 
 async def schedule_warming(engine: Engine, workspace: Workspace) -> bool:
@@ -162,7 +162,7 @@ async def warm(engine: Engine, workspace_id: str, *, deadline: float | None) -> 
     if fresh.busy or (fresh.report is not None and not fresh.report.complete):
         raise IndexNotComplete(workspace_id)
     workspace = await workspaces.mark_warm(workspace)
-    queued = await workspaces.queue_cold(workspace)
+    queued = await queue_cold(engine, workspace)
     log.info("workspace warming", extra={"workspace": workspace_id, "queued": queued})
     return queued
 

@@ -53,7 +53,9 @@ def trigrams(literal: str) -> list[str]:
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(_ID, stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_text_field(_PATH, stored=True, tokenizer_name="raw", index_option="basic")
+    # A fast field too: a regex's candidate files are the distinct paths of the chunks that match,
+    # counted in the index (a terms aggregation) rather than read from every chunk's stored fields.
+    builder.add_text_field(_PATH, stored=True, fast=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field(_GRAMS, tokenizer_name=TRIGRAM_TOKENIZER, index_option="basic")
     return builder.build()
 
@@ -147,17 +149,25 @@ class TrigramIndex:
     def _paths(self, requirement: Requirement, limit: int) -> set[str] | None:
         """Files meeting ``requirement`` over their chunks; None: unknown (too many hits)."""
         if isinstance(requirement, str):
-            query = tantivy.Query.const_score_query(_to_query(requirement), 1.0)
-            searcher = self._index.searcher()
-            hits = searcher.search(query, limit, count=False).hits
-            if len(hits) >= limit:
-                return None
-            return {str(searcher.doc(address).get_first(_PATH)) for _score, address in hits}
+            return self._literal_paths(requirement, limit)
         parts = [self._paths(part, limit) for part in requirement.parts]
         known = [part for part in parts if part is not None]
         if isinstance(requirement, AnyOf):
             return None if len(known) < len(parts) else set().union(*known)
         return set.intersection(*known) if known else None
+
+    def _literal_paths(self, literal: str, limit: int) -> set[str] | None:
+        """The files of the chunks holding every trigram of ``literal``; None when ``limit`` chunks
+        or more hold them. One terms aggregation over the path fast field: each chunk has one path,
+        so the buckets' counts add up to the chunks found."""
+        query = tantivy.Query.const_score_query(_to_query(literal), 1.0)
+        aggregation = {_PATH: {"terms": {"field": _PATH, "size": limit, "segment_size": limit}}}
+        result = self._index.searcher().aggregate(query, aggregation)[_PATH]
+        buckets = result.get("buckets", [])
+        chunks = sum(int(bucket["doc_count"]) for bucket in buckets) + int(result.get("sum_other_doc_count", 0))
+        if chunks >= limit or result.get("sum_other_doc_count", 0):
+            return None
+        return {str(bucket["key"]) for bucket in buckets}
 
     def _search(self, requirement: Requirement, limit: int) -> list[str]:
         query = tantivy.Query.const_score_query(_to_query(requirement), 1.0)

@@ -281,7 +281,7 @@ class EmbedderRegistry:
     ``default`` is the *serving* default model: the one whose vectors searches of records without a
     model of their own use. It is the configured model (``settings.embeddings_model``) until the
     store says otherwise: after a change of the configured model, the old one keeps serving until
-    ``agentsearch reindex`` has filled the new one's vector and switched (``service.engine.migrate``).
+    ``agentsearch reindex`` has filled the new one's vector and switched (``service.engine.reindex``).
     ``embeddings_model: none`` disables embeddings whatever the store says.
     """
 

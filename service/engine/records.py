@@ -6,7 +6,7 @@ its own: ``tenant``, ``kind``, ``key`` (unique in the collection), ``terms`` (an
 service default), ``content_hash`` (of ``embed_text`` and the model), ``embedded_hash`` (what the
 vector was computed from), ``vector_name`` (the named vector ``embedded_hash`` refers to) and
 ``embed_state`` (``pending`` | ``done``); while a new default model is filled in
-(``service.engine.migrate``), ``fill_vector`` and ``fill_hash`` say what its vector was computed from. An embed job re-reads the
+(``service.engine.reindex``), ``fill_vector`` and ``fill_hash`` say what its vector was computed from. An embed job re-reads the
 record and skips it when its hash moved on, so a stale job never overwrites a newer record; the
 sweeper re-enqueues every ``pending`` record, so a lost enqueue only delays embedding.
 """
@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from service.engine.analyzer import ANALYZER_VERSION
-from service.engine.store import CollectionSpec, Filter, Match, MatchAny, PointRecord, point_id
+from service.engine.store import CollectionSpec, Filter, Hit, Match, MatchAny, PointRecord, point_id
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -73,17 +73,15 @@ class WriteResult:
     enqueued: bool
 
 
-class RecordIndex:
-    """The records of one surface collection."""
+class Collection:
+    """The door to one collection of the store: its points by key, pages, counts and searches.
 
-    def __init__(self, engine: Engine, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False) -> None:
+    Surfaces reach the store through a ``Collection`` (plain payload points, e.g. the actions'
+    templates and instances) or its subclass ``RecordIndex`` (records that are also embedded)."""
+
+    def __init__(self, engine: Engine, spec: CollectionSpec) -> None:
         self.engine = engine
-        self.surface = surface
         self.spec = spec
-        self.analyzed_fields = (spec.text_field, *analyzed_fields)
-        """Payload fields holding analyzer output (a string of terms or a list of terms)."""
-        self.bulk = bulk
-        """Its embed jobs go to the bulk queue: bulk warming must not delay interactive writes' embedding."""
 
     @property
     def collection(self) -> str:
@@ -92,35 +90,119 @@ class RecordIndex:
     def point_id(self, key: str) -> str:
         return point_id(self.collection, key)
 
-    async def write(self, records: Iterable[IndexRecord], *, embed: bool = True) -> WriteResult:
-        """Write records; keep vectors whose content did not change; enqueue embedding of the rest."""
+    async def upsert(self, points: Sequence[PointRecord]) -> None:
+        """Write whole points (their payload replaced, no embedding)."""
+        await self.engine.store.upsert(self.collection, points)
+
+    async def delete(self, keys: Sequence[str]) -> None:
+        await self.engine.store.delete(self.collection, [self.point_id(k) for k in keys])
+
+    async def delete_where(self, filter: Filter) -> None:
+        await self.engine.store.delete_by_filter(self.collection, filter)
+
+    async def exists(self, key: str) -> bool:
+        return bool(await self.engine.store.retrieve(self.collection, [self.point_id(key)]))
+
+    async def get(self, key: str) -> Mapping[str, Any] | None:
+        points = await self.engine.store.retrieve(self.collection, [self.point_id(key)])
+        return points[0].payload if points else None
+
+    async def get_many(self, keys: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+        """Key -> payload of the records that exist among ``keys`` (each payload carries its ``key``)."""
+        points = await self.engine.store.retrieve(self.collection, [self.point_id(k) for k in keys])
+        return {str(p.payload.get("key")): p.payload for p in points}
+
+    async def retrieve(self, point_ids: Sequence[str]) -> list[PointRecord]:
+        """The existing points among ``point_ids`` (order not guaranteed)."""
+        return await self.engine.store.retrieve(self.collection, point_ids)
+
+    async def set_payload(self, keys: Sequence[str], payload: Mapping[str, Any]) -> None:
+        """Merge ``payload`` into the records of ``keys`` (their vectors and other fields stay)."""
+        await self.engine.store.set_payload(self.collection, [self.point_id(k) for k in keys], payload)
+
+    async def update_vectors(self, vectors: Sequence[tuple[str, Mapping[str, Sequence[float]]]]) -> None:
+        """Set named vectors of the records of these keys (key, {vector name: values}); payloads stay."""
+        await self.engine.store.update_vectors(self.collection, [(self.point_id(k), named) for k, named in vectors])
+
+    async def scroll(self, filter: Filter | None = None, *, limit: int = 256, offset: str | None = None) -> tuple[list[PointRecord], str | None]:
+        """One page of the records matching ``filter`` and the offset of the next page (None at the end)."""
+        return await self.engine.store.scroll(self.collection, filter, limit=limit, offset=offset)
+
+    async def scroll_all(self, filter: Filter | None = None, *, page: int = 512) -> AsyncIterator[PointRecord]:
+        """Every record matching ``filter``, a page at a time."""
+        offset: str | None = None
+        while True:
+            points, offset = await self.scroll(filter, limit=page, offset=offset)
+            for point in points:
+                yield point
+            if offset is None:
+                return
+
+    async def count(self, filter: Filter | None = None) -> int:
+        return await self.engine.store.count(self.collection, filter)
+
+    async def search_dense(self, vector_name: str, vector: Sequence[float], filter: Filter | None = None, *, limit: int = 10) -> list[Hit]:
+        """Nearest records by cosine on ``vector_name`` (records without that vector are skipped)."""
+        return await self.engine.store.search_dense(self.collection, vector_name, vector, filter, limit=limit)
+
+    async def search_text(self, query_terms: str, filter: Filter | None = None, *, limit: int = 10) -> list[Hit]:
+        """BM25 over the records' ``terms``; ``query_terms`` is analyzer output."""
+        return await self.engine.store.search_text(self.collection, query_terms, filter, limit=limit)
+
+    async def flush(self) -> None:
+        """Make every acknowledged write durable."""
+        await self.engine.store.flush()
+
+
+class RecordIndex(Collection):
+    """The records of one surface collection: written first (searchable lexically at once), embedded after."""
+
+    def __init__(self, engine: Engine, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False) -> None:
+        super().__init__(engine, spec)
+        self.surface = surface
+        self.analyzed_fields = (spec.text_field, *analyzed_fields)
+        """Payload fields holding analyzer output (a string of terms or a list of terms)."""
+        self.bulk = bulk
+        """Its embed jobs go to the bulk queue: bulk warming must not delay interactive writes' embedding."""
+
+    async def write(self, records: Iterable[IndexRecord], *, embed: bool = True, hold_as: str | None = None, unembedded: set[str] | None = None) -> WriteResult:
+        """Write records; keep vectors whose content did not change; enqueue embedding of the rest.
+
+        ``unembedded``: filled with the keys of the written records whose vector is not of their
+        text (embedded later, or once a model serves).
+
+        ``hold_as``: records needing a vector are written in this embed state of the surface's own
+        instead of ``pending`` and not queued (the sweeper re-enqueues only ``pending``): the surface
+        embeds them on its own terms (code's ``cold`` chunks)."""
         written, to_embed = 0, []
         batch: list[IndexRecord] = []
         for record in records:
             batch.append(record)
             if len(batch) >= WRITE_BATCH:
-                to_embed.extend(await self._write_batch(batch))
+                to_embed.extend(await self._write_batch(batch, hold_as, unembedded))
                 written += len(batch)
                 batch = []
         if batch:
-            to_embed.extend(await self._write_batch(batch))
+            to_embed.extend(await self._write_batch(batch, hold_as, unembedded))
             written += len(batch)
         enqueued = await self.enqueue_embedding(to_embed) if embed else False
         return WriteResult(written=written, to_embed=len(to_embed), enqueued=enqueued)
 
-    async def _write_batch(self, records: Sequence[IndexRecord]) -> list[tuple[str, str]]:
+    async def _write_batch(self, records: Sequence[IndexRecord], hold_as: str | None = None, unembedded: set[str] | None = None) -> list[tuple[str, str]]:
         ids = [self.point_id(r.key) for r in records]
         existing = {p.id: p for p in await self.engine.store.retrieve(self.collection, ids)}
         fresh: list[PointRecord] = []
         changed: list[tuple[str, str]] = []
         for pid, record in zip(ids, records, strict=True):
             old = existing.get(pid)
-            payload = self._payload(record, old.payload if old else None)
+            payload = self._payload(record, old.payload if old else None, hold_as)
             if old is None:
                 fresh.append(PointRecord(id=pid, payload=payload))
             else:
                 # overwrite_payload keeps the stored vector: an unchanged text keeps its embedding.
                 await self.engine.store.overwrite_payload(self.collection, pid, payload)
+            if unembedded is not None and payload["embed_state"] != DONE:
+                unembedded.add(record.key)
             # A record no model can embed stays pending, searched lexically; the sweeper queues it once one serves.
             if payload["embed_state"] == PENDING and can_embed(self.engine, record.embed_model):
                 changed.append((record.key, record.content_hash))
@@ -129,7 +211,7 @@ class RecordIndex:
         return changed
 
     @staticmethod
-    def _payload(record: IndexRecord, old: Mapping[str, Any] | None) -> dict[str, Any]:
+    def _payload(record: IndexRecord, old: Mapping[str, Any] | None, hold_as: str | None = None) -> dict[str, Any]:
         new_hash = record.content_hash
         embedded_hash = (old or {}).get("embedded_hash")
         payload = dict(record.payload)
@@ -141,7 +223,7 @@ class RecordIndex:
             analyzer=ANALYZER_VERSION,
             embed_text=record.embed_text,
             content_hash=new_hash,
-            embed_state=DONE if embedded_hash == new_hash else PENDING,
+            embed_state=DONE if embedded_hash == new_hash else hold_as or PENDING,
         )
         if payload["embed_state"] == PENDING:
             # When it went pending: the sweeper leaves young pending records to the jobs already queued.
@@ -164,20 +246,6 @@ class RecordIndex:
             job = await self.engine.queue.enqueue_embed(self.surface, self.collection, items[start : start + size], bulk=self.bulk)
             ok = ok and job is not None
         return ok
-
-    async def delete(self, keys: Sequence[str]) -> None:
-        await self.engine.store.delete(self.collection, [self.point_id(k) for k in keys])
-
-    async def delete_where(self, filter: Filter) -> None:
-        await self.engine.store.delete_by_filter(self.collection, filter)
-
-    async def get(self, key: str) -> Mapping[str, Any] | None:
-        points = await self.engine.store.retrieve(self.collection, [self.point_id(key)])
-        return points[0].payload if points else None
-
-    async def get_many(self, keys: Sequence[str]) -> dict[str, Mapping[str, Any]]:
-        points = await self.engine.store.retrieve(self.collection, [self.point_id(k) for k in keys])
-        return {str(p.payload.get("key")): p.payload for p in points}
 
     async def counts(self, tenants: Sequence[str] | None = None) -> dict[str, int]:
         """``records``, ``embedded`` and ``pending`` counts, for ``tenants`` or everyone."""

@@ -10,19 +10,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from arq.connections import ArqRedis
 from redis.asyncio import ConnectionPool
 
 from service.engine.embeddings import EmbedderRegistry
 from service.engine.queue import JobQueue, deserialize, serialize
-from service.engine.records import RecordIndex
+from service.engine.records import Collection, RecordIndex
 from service.engine.serving import SERVING_REFRESH_S, refresh_serving
 from service.engine.store import CollectionSpec, Store, StoreError, VectorSpec
 from service.ratelimit import RateLimiter
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.engine.surface import SurfaceSearch
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,13 @@ class Engine:
     jwt_secret: str
     rate_limiter: RateLimiter
     surfaces: dict[str, RecordIndex] = field(default_factory=dict)
+    """Surface name -> the record index of its collection."""
+    searches: dict[str, SurfaceSearch] = field(default_factory=dict)
+    """Surface name -> its search (``service.engine.surface.run_search`` runs it)."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Surface name -> what the surface keeps open on this engine, put there by its ``on_open``."""
+    closers: list[Callable[[Engine], Awaitable[None]]] = field(default_factory=list)
+    """The surfaces' ``on_close`` hooks, run first by ``close`` (last opened, first closed)."""
     other_tenant_collections: list[str] = field(default_factory=list)
     """Collections besides the surfaces' own whose points carry a tenant (``SurfaceDef.tenant_collections``)."""
     _vectors: set[tuple[str, str]] = field(default_factory=set)
@@ -55,6 +66,11 @@ class Engine:
         index = RecordIndex(self, surface, spec, analyzed_fields, bulk=bulk)
         self.surfaces[surface] = index
         return index
+
+    async def open_collection(self, spec: CollectionSpec) -> Collection:
+        """A collection besides a surface's own (plain payload points, not embedded), created if missing."""
+        await self.store.ensure_collection(spec)
+        return Collection(self, spec)
 
     async def ensure_vector(self, collection: str, vector: VectorSpec) -> None:
         """Add a named vector to a collection once per process (the store call takes its write lock)."""
@@ -74,6 +90,13 @@ class Engine:
     def records(self, surface: str) -> RecordIndex:
         return self.surfaces[surface]
 
+    def state_of(self, surface: str) -> Any:
+        """The state the ``surface`` opened on this engine."""
+        try:
+            return self.state[surface]
+        except KeyError:
+            raise RuntimeError(f"the {surface} surface was not opened on this engine (open_engine opens the surfaces handed to it)") from None
+
     def follow_serving_model(self) -> None:
         """Re-read the serving model marker every few seconds: a reindex elsewhere may switch it."""
 
@@ -88,6 +111,12 @@ class Engine:
         self._serving_refresh = asyncio.create_task(follow())
 
     async def close(self) -> None:
+        while self.closers:
+            closer = self.closers.pop()
+            try:
+                await closer(self)
+            except Exception:  # one surface failing to close must not keep the store open
+                log.exception("a surface failed to close")
         if self._serving_refresh is not None:
             self._serving_refresh.cancel()
             with contextlib.suppress(asyncio.CancelledError):

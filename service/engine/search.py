@@ -14,7 +14,8 @@ from enum import StrEnum
 
 from service.engine.analyzer import query_terms
 from service.engine.embeddings import Embedder
-from service.engine.store import Filter, Hit, Store
+from service.engine.records import RecordIndex
+from service.engine.store import Filter, Hit, Store, StoreError
 from service.errors import EmbeddingUnavailable
 
 log = logging.getLogger(__name__)
@@ -38,15 +39,22 @@ class Retrieved:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-async def embed_query_or_notice(embedder: Embedder | None, query: str, notices: list[str]) -> list[float] | None:
-    """The query vector, or None with a notice saying why search is lexical."""
+LEXICAL_ONLY = "lexical results only"
+
+
+async def embed_query_or_notice(embedder: Embedder | None, query: str, notices: list[str], *, wait_for_load: bool = True) -> list[float] | None:
+    """The query vector, or None with a notice saying why search is lexical (the one wording every
+    surface uses). ``wait_for_load=False``: a model still loading is not waited for."""
     if embedder is None:
-        notices.append("embeddings are not configured; lexical results only")
+        notices.append(f"embeddings are not configured; {LEXICAL_ONLY}")
+        return None
+    if not wait_for_load and embedder.state == "loading":
+        notices.append(f"the embedding model is still loading; {LEXICAL_ONLY}")
         return None
     try:
         return await embedder.embed_query(query)
     except EmbeddingUnavailable as exc:
-        notices.append(f"embeddings unavailable ({exc}); lexical results only")
+        notices.append(f"embeddings unavailable ({exc}); {LEXICAL_ONLY}")
         return None
 
 
@@ -85,3 +93,50 @@ async def retrieve(
         used = Mode.LEXICAL
     timings["search"] = (time.perf_counter() - started) * 1000
     return Retrieved(hits=hits, mode=used, notices=notices, timings_ms=timings)
+
+
+@dataclass
+class Candidates:
+    """The dense and BM25 candidates of one query, the vector they were found with (None: lexical)
+    and the notices saying why the dense channel was left out."""
+
+    dense: list[Hit]
+    text: list[Hit]
+    vector: list[float] | None
+    query_terms: str
+    notices: list[str] = field(default_factory=list)
+
+
+async def dense_and_text(
+    records: RecordIndex,
+    query: str,
+    filter: Filter,
+    *,
+    embedder: Embedder | None,
+    dense: bool = True,
+    text: bool = True,
+    limit: int = DEFAULT_PREFETCH,
+    vector: list[float] | None = None,
+) -> Candidates:
+    """The query vector (``vector``, else embedded, else a notice), then the top ``limit`` dense and
+    BM25 candidates under ``filter``; the surface fuses them. ``dense``/``text`` pick the channels;
+    without a vector (no model, the model failed, the collection has no vector yet) the BM25
+    candidates are fetched whatever ``text`` says, so the answer falls back to lexical."""
+    terms = query_terms(query)
+    notices: list[str] = []
+    dense_hits: list[Hit] = []
+    if dense:
+        if vector is None:
+            vector = await embed_query_or_notice(embedder, query, notices)
+        if vector is not None and embedder is not None:
+            try:
+                dense_hits = await records.search_dense(embedder.vector_name, vector, filter, limit=limit)
+            except StoreError as exc:
+                # A collection whose first embeddings have not landed has no vector yet: answer lexically.
+                log.info("dense search unavailable", extra={"error": str(exc)})
+                notices.append(f"semantic results are not ready yet (embedding in progress); {LEXICAL_ONLY}")
+                vector = None
+    text_hits: list[Hit] = []
+    if text or vector is None:
+        text_hits = await records.search_text(terms, filter, limit=limit)
+    return Candidates(dense_hits, text_hits, vector, terms, notices)

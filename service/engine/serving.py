@@ -4,7 +4,7 @@ The markers (the serving model's, a running migration's, the team-key check's) a
 ``engine_meta`` collection, so they live where the vectors live and every front end and worker reads
 the same ones. A process reads the serving marker at start (``load_serving``) and every
 ``SERVING_REFRESH_S`` seconds (``refresh_serving``): a reindex elsewhere may switch it
-(``service.engine.migrate``).
+(``service.engine.reindex``).
 """
 
 from __future__ import annotations

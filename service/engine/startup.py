@@ -79,8 +79,12 @@ async def register_surfaces(engine: Engine, surfaces: Sequence[SurfaceDef]) -> N
     for surface in surfaces:
         await engine.register(surface.name, surface.spec, surface.analyzed_fields, bulk=surface.bulk_embedding)
         engine.other_tenant_collections.extend(surface.tenant_collections)
+        if surface.search is not None:
+            engine.searches[surface.name] = surface.search
         if surface.on_open is not None:
             await surface.on_open(engine)
+        if surface.on_close is not None:
+            engine.closers.append(surface.on_close)
 
 
 def node_local_job_names(surfaces: Sequence[SurfaceDef]) -> frozenset[str]:

@@ -1,8 +1,8 @@
 """Running a tool: the backend interface, and the backend on this process's engine.
 
 A backend answers each search with the body the matching ``/v1`` route answers, so one set of
-result builders (``results.py``) serves every backend. ``EngineBackend`` calls the same
-functions as the routes (same validation, tenancy, rate limits and deadline), for one caller:
+result builders (``results.py``) serves every backend. ``EngineBackend`` runs each search with
+``run_search``, as the routes do (same validation, tenancy, rate limit and deadline), for one caller:
 the token's on ``/mcp``, the machine's owner (or ``--token``'s) under ``agentsearch mcp``.
 Failures are raised: ``AgentSearchError`` from the engine, ``ToolError`` from a remote service.
 """
@@ -10,33 +10,28 @@ Failures are raised: ``AgentSearchError`` from the engine, ``ToolError`` from a 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from service.actions.routes import search_for_caller as search_actions_for
+from service.actions.model import SURFACE_NAME as ACTIONS
+from service.catalog.keys import SURFACE_NAME as CATALOG
 from service.catalog.render import content_of
-from service.catalog.routes import answer_body, search_within_deadline
-from service.catalog.search import parse_request, waiting_summary
+from service.catalog.waiting import waiting_summary
+from service.code.model import SURFACE_NAME as CODE
 from service.code.parsing import resolve_root
 from service.code.registration import register_workspace
-from service.code.routes import search_for_caller as search_code_for
-from service.code.runtime import workspaces_of
 from service.code.semantic import schedule_indexing
+from service.code.state import workspaces_of
 from service.code.workspace import SearchConfig, Workspace, is_workspace_id, workspace_id
-from service.errors import DeadlineExceeded, NotFound, ValidationError
+from service.engine.surface import run_search
+from service.errors import NotFound, ValidationError
 
 if TYPE_CHECKING:
     from service.auth import Caller
     from service.engine.runtime import Engine
-
-# Our deadline fires a little before the request's (the deadline middleware's), so the caller
-# gets a tool result that says what to do rather than a transport error.
-_DEADLINE_MARGIN_S = 0.5
-
 
 # An MCP agent registers with the register_workspace tool (it cannot call POST /v1/workspaces).
 UNKNOWN_ID = "no workspace {ref!r} of yours; register its root with the register_workspace tool, or pass the root of one you registered"
@@ -75,10 +70,6 @@ class SearchBackend(Protocol):
         ...
 
 
-def tool_budget_s(deadline_s: float) -> float:
-    return max(0.05, deadline_s - min(_DEADLINE_MARGIN_S, deadline_s * 0.1))
-
-
 @dataclass(frozen=True)
 class EngineBackend:
     """The searches on ``engine`` for ``caller``. ``registers_roots``: a workspace root path not yet
@@ -91,19 +82,16 @@ class EngineBackend:
     _registering: asyncio.Lock = field(default_factory=asyncio.Lock, compare=False, repr=False)
 
     async def catalog_search(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        answer, clock = await search_within_deadline(self.engine, self.caller, parse_request(arguments))
-        return answer_body(answer, clock)
+        answer = await run_search(self.engine, CATALOG, self.caller, arguments)
+        return answer.body
 
     async def code_search(self, workspace: str, arguments: dict[str, Any]) -> dict[str, Any]:
         found = await self._workspace(workspace)
-        budget_s = self._budget_s()
-        async with self._deadline(budget_s, "narrow path or glob"):
-            answer = await search_code_for(self.engine, self.caller, found, arguments, deadline_s=budget_s)
-        return answer.as_dict()
+        answer = await run_search(self.engine, CODE, self.caller, arguments, target=found.id)
+        return answer.body
 
     async def action_search(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        async with self._deadline(self._budget_s(), "shorten the query or exclude services"):
-            answer = await search_actions_for(self.engine, self.caller, arguments)
+        answer = await run_search(self.engine, ACTIONS, self.caller, arguments)
         return answer.body
 
     async def waiting_summary(self) -> dict[str, Any]:
@@ -115,19 +103,6 @@ class EngineBackend:
         (the local stdio server's caller owns the machine, so no base applies to it)."""
         body, _ = await register_workspace(self.engine, self.caller, arguments, trusted=self.registers_roots)
         return body
-
-    def _budget_s(self) -> float:
-        return tool_budget_s(self.engine.settings.request_deadline_s)
-
-    @contextlib.asynccontextmanager
-    async def _deadline(self, budget_s: float, advice: str) -> AsyncIterator[None]:
-        """Past ``budget_s`` the search is cancelled and the caller told what to do."""
-        try:
-            async with asyncio.timeout(budget_s):
-                yield
-        except TimeoutError:
-            deadline_s = self.engine.settings.request_deadline_s
-            raise DeadlineExceeded(f"search did not finish within {deadline_s:g}s; retry once, then {advice}") from None
 
     async def _workspace(self, ref: str) -> Workspace:
         workspaces = workspaces_of(self.engine)

@@ -45,7 +45,8 @@ from service.mcp.jsonrpc import (
 )
 from service.mcp.remote import RemoteBackend
 from service.mcp.server import LATEST_VERSION, answer
-from service.settings import Settings, load_settings
+from service.settings import Settings
+from service.settings_loader import load_settings
 
 if TYPE_CHECKING:
     from aiohttp import web

@@ -1,21 +1,16 @@
-"""Shared data and HTTP helpers of the action-search tests: a small hand-made catalog and callers."""
+"""Shared data and HTTP helpers of the action-search tests: a small hand-made catalog."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from bench.datasets import ACTIONS_CATALOG, dataset
 from service.actions.loader import read_catalog_file
-from tests.callers import ADMIN, auth
-
-CATALOG_FILE = "/work/shared/data/actions/openapi-actions.jsonl.gz"
-
-# Alice of acme's sales team (the team instances these tests write are "sales"'s), and Carol of acme in
-# no team.
-SALES_ALICE = auth("alice", org="acme", teams=("sales",))
-CAROL = auth("carol", org="acme")
+from tests.callers import ADMIN
 
 
 def _action(name: str, description: str, risk: str = "read") -> dict[str, str]:
@@ -68,10 +63,15 @@ CRM = {
 HAND_MADE = [GMAIL, GITHUB, STRIPE, SLACK, WEATHER, CRM]
 
 
+def catalog_file() -> Path:
+    """The APIs.guru action catalog data set; a test that needs it fails saying where to put it when absent."""
+    return dataset(ACTIONS_CATALOG)
+
+
 def data_templates(count: int, max_actions: int = 12) -> list[dict[str, Any]]:
     """The first ``count`` templates of the APIs.guru catalog with at most ``max_actions`` actions."""
     chosen = []
-    for raw in read_catalog_file(CATALOG_FILE):
+    for raw in read_catalog_file(catalog_file()):
         if len(raw["actions"]) <= max_actions:
             chosen.append(raw)
             if len(chosen) == count:

@@ -16,7 +16,7 @@ from service.engine.runtime import Engine
 from service.engine.startup import open_engine
 from service.settings import Settings
 from service.surfaces import surfaces
-from tests.actions.helpers import CATALOG_FILE, GITHUB, GMAIL, data_templates
+from tests.actions.helpers import GITHUB, GMAIL, catalog_file, data_templates
 from tests.callers import ALICE, caller_of
 
 
@@ -41,7 +41,7 @@ async def test_catalog_and_instances_survive_a_restart(settings: Settings) -> No
 
 async def test_another_front_end_reloads_only_what_changed(engine: Engine) -> None:
     await write_templates(engine, [parse_template(GMAIL), parse_template(GITHUB)])
-    other = ActionCatalog(engine)  # a second process's copy: same store, same Redis
+    other = ActionCatalog(engine, catalog_for(engine).meta)  # a second process's copy: same store, same Redis
     first = await other.current()
     assert set(first.template_pos) == {"gmail", "github"}
     github_block = other.blocks["github"]
@@ -74,7 +74,7 @@ async def test_loading_a_catalog_file_is_idempotent(engine: Engine, tmp_path: Pa
 
 
 def test_http_batches_stay_under_the_body_limit() -> None:
-    raw = list(read_catalog_file(CATALOG_FILE, limit=300))
+    raw = list(read_catalog_file(catalog_file(), limit=300))
     bodies = list(http_batches(raw, max_bytes=200_000))
     parsed = [orjson.loads(b)["templates"] for b in bodies]
     assert len(bodies) > 1 and all(len(body) <= 200_000 or len(items) == 1 for body, items in zip(bodies, parsed, strict=True))

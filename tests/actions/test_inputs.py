@@ -10,7 +10,6 @@ from aiohttp.test_utils import TestClient
 from service.actions.parsing import MAX_QUERY_CHARS
 from tests.actions.helpers import (
     HAND_MADE,
-    SALES_ALICE,
     api_key,
     data_templates,
     oauth,
@@ -19,6 +18,7 @@ from tests.actions.helpers import (
     put_templates,
     search,
 )
+from tests.callers import SALES_ALICE
 
 Client = TestClient[Any, Any]
 

@@ -17,8 +17,7 @@ from service.actions.parsing import (
 )
 from service.auth import Caller
 from service.errors import Forbidden, ValidationError
-from tests.actions.helpers import SALES_ALICE
-from tests.callers import ADMIN, caller_of
+from tests.callers import ADMIN, SALES_ALICE, caller_of
 
 
 def template(**overrides: Any) -> dict[str, Any]:

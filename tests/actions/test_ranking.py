@@ -16,7 +16,6 @@ from service.settings import Settings
 from service.state import ENGINE
 from tests.actions.helpers import (
     HAND_MADE,
-    SALES_ALICE,
     action_counts,
     api_key,
     data_templates,
@@ -26,6 +25,7 @@ from tests.actions.helpers import (
     put_templates,
     search,
 )
+from tests.callers import SALES_ALICE
 from tests.helpers import running_app, wait_until
 
 Client = TestClient[Any, Any]
@@ -97,7 +97,7 @@ async def test_without_embeddings_keyword_and_jaro_winkler_still_rank(keyword_on
     typo = await search(client, SALES_ALICE, query="lsit_repos")
     assert pairs(typo)[0] == ("github", "list_repos")
     assert typo["meta"]["signals"] == ["keyword"]
-    assert "ranked by keyword only" in typo["notices"][0]
+    assert typo["notices"][0] == "embeddings are not configured; lexical results only"
     # The paraphrase shares no word with its action: keyword scoring alone does not find it.
     paraphrase = await search(client, SALES_ALICE, query=PARAPHRASE)
     assert ("weather", "current_weather") not in pairs(paraphrase)[:3]

@@ -14,7 +14,6 @@ from service.actions.model import ActionDef, Risk
 from service.settings import ProviderSettings, Settings
 from tests.actions.helpers import (
     HAND_MADE,
-    SALES_ALICE,
     action_counts,
     api_key,
     oauth,
@@ -22,6 +21,7 @@ from tests.actions.helpers import (
     put_templates,
     search,
 )
+from tests.callers import SALES_ALICE
 from tests.code.conftest import variant
 from tests.embedding_server import bag_of_words_vector
 from tests.helpers import running_app, wait_until

@@ -16,11 +16,9 @@ from service.actions.state import catalog_for
 from service.settings import Settings
 from service.state import ENGINE
 from tests.actions.helpers import (
-    CAROL,
     GITHUB,
     GMAIL,
     HAND_MADE,
-    SALES_ALICE,
     STRIPE,
     api_key,
     data_templates,
@@ -31,7 +29,7 @@ from tests.actions.helpers import (
     search,
     services,
 )
-from tests.callers import ADMIN, BOB
+from tests.callers import ADMIN, BOB, CAROL, SALES_ALICE
 from tests.helpers import running_app, wait_until
 
 Client = TestClient[Any, Any]

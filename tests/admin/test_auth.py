@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.auth import mint_token
 from service.settings import Settings
 from tests.admin.helpers import admin_client, csrf_of
-from tests.callers import ADMIN, ALICE, token_of
+from tests.callers import ADMIN, ALICE, forged, token_of
 
 READS = ["/admin/api/overview", "/admin/api/series", "/admin/api/workers", "/admin/api/index", "/admin/api/jobs", "/admin/api/jobs/some-job", "/admin/chart.svg"]
 ACTIONS = ["/admin/api/jobs/some-job/retry", "/admin/api/jobs/some-job/abort", "/admin/api/sweep", "/admin/api/warm"]
-FORGED = {"Authorization": "Bearer " + mint_token("another-secret-that-is-long-enough-0123456789", sub="root", admin=True)}
+FORGED = forged("root", admin=True)
 
 
 async def _refused(response: Any, status: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from service.settings import Settings
 from service.state import ENGINE
 from tests.callers import ADMIN, auth
 from tests.catalog.fixtures import CAPABILITIES, DOMAINS, home_package, put, reranking_app, search
-from tests.helpers import running_app, with_settings
+from tests.helpers import running_app, stand_in, with_settings
 
 # Twelve near-identical capabilities: BM25 ties them, so the pool is large and has no clear winner.
 REPORTS = [{"type": "capability", "id": f"report{chr(65 + i)}", "domain": "reports", "summary": f"Build the quarterly report variant {chr(65 + i)}."} for i in range(12)]
@@ -31,7 +31,6 @@ class RerankServer:
     aborted: int = 0
     url: str = ""
     favourite: str = "variant L"
-    runner: Any = field(default=None, repr=False)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.calls += 1
@@ -58,14 +57,9 @@ async def rerank_server() -> AsyncIterator[RerankServer]:
     server = RerankServer()
     app = web.Application()
     app.router.add_post("/rerank", server.handle)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    server.url = f"http://127.0.0.1:{port}"
-    yield server
-    await runner.cleanup()
+    async with stand_in(app) as url:
+        server.url = url
+        yield server
 
 
 def _rerank_settings(settings: Settings, server: RerankServer, **changes: Any) -> Settings:

@@ -12,11 +12,12 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from service.catalog import render
-from service.catalog.search import deadline_answer
+from service.catalog.search import SEARCH
+from service.engine.deadline import Deadline
 from service.health import load_contract
 from service.mcp.tools import tools
-from service.settings import Settings, SettingsError, load_settings
+from service.settings import Settings, SettingsError
+from service.settings_loader import load_settings
 from tests.callers import ADMIN, auth
 from tests.catalog.fixtures import (
     ABSORB_CAPABILITIES,
@@ -151,8 +152,8 @@ async def test_every_answer_names_only_tools_paths_and_capabilities_that_exist(l
         assert_one_next_step(failed)
     package_scoped = await search(lexical_client, {"entity": "secret:deployKey"}, status=404)
     assert 'listed in their package\'s detail: search({ entity: "package:<id>" })' in package_scoped["content"]
-    deadline = deadline_answer(20.0).doc
-    assert_names_exist({"content": render.content_of(deadline), "structuredContent": deadline}, known)
+    assert SEARCH.past_deadline is not None
+    assert_names_exist(SEARCH.past_deadline(20.0, Deadline(20.0)).body, known)
     response = await lexical_client.get("/v1/catalog/waiting", headers=auth(sub="alice"))
     listed = await response.json()
     assert response.status == 200 and listed["structuredContent"]["total"] >= 4

@@ -1,4 +1,6 @@
-"""Catalog search requirements that the other catalog test files leave unproven, one test per requirement."""
+"""Catalog search facts no other test pinned: which kinds rank, hidden packages, domain listings and
+their call shapes, the next steps a hit carries, export detail, batch refs of other owners, the
+deadline answer, each plan's rate-limit ceilings, and the rerank stage against a real scorer."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from aiohttp import web
 
 from service.auth import Caller, Plan
 from service.catalog import render
-from service.catalog.search import deadline_answer
+from service.catalog.search import SEARCH
+from service.engine.deadline import Deadline
 from service.engine.runtime import Engine
 from service.ratelimit import PLAN_LIMITS, Surface
 from service.settings import Settings
@@ -32,7 +35,7 @@ from tests.catalog.fixtures import (
     reranking_app,
     search,
 )
-from tests.helpers import with_settings
+from tests.helpers import stand_in, with_settings
 
 
 async def test_guides_and_user_secrets_rank_but_package_scoped_secrets_never_do(lexical_client: Any) -> None:
@@ -154,8 +157,10 @@ async def test_a_batch_resolves_own_refs_and_gives_another_owners_a_per_entity_e
 
 def test_the_default_deadline_answer_says_search_did_not_finish_within_20s() -> None:
     assert Settings.__dataclass_fields__["request_deadline_s"].default == 20.0
-    answer = deadline_answer(20.0)
-    assert answer.is_error and render.content_of(answer.doc).startswith("Search did not finish within 20s")
+    assert SEARCH.past_deadline is not None
+    answer = SEARCH.past_deadline(20.0, Deadline(20.0))
+    assert answer.status == 200 and answer.body["isError"] is True
+    assert answer.body["content"].startswith("Search did not finish within 20s") and answer.body["content"] == render.content_of(answer.body["structuredContent"])
 
 
 async def test_every_plan_has_its_published_minute_and_day_ceilings(engine: Engine) -> None:
@@ -202,13 +207,9 @@ async def zero_scorer() -> AsyncIterator[ZeroScorer]:
     scorer = ZeroScorer()
     app = web.Application()
     app.router.add_post("/rerank", scorer.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    scorer.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    yield scorer
-    await runner.cleanup()
+    async with stand_in(app) as url:
+        scorer.url = url
+        yield scorer
 
 
 # Twelve packages about shared links; three only mention "dropbox shared link" in their summary.

@@ -24,16 +24,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from service.auth import Plan
-from service.catalog.rerank import (
-    Candidate,
-    CrossEncoderScorer,
-    HttpScorer,
-    ScorerError,
-    build_scorer,
-    identity_match,
-    is_clear_winner,
-    rerank,
-)
+from service.catalog.rerank import Candidate, identity_match, is_clear_winner, rerank
+from service.catalog.scorers import CrossEncoderScorer, HttpScorer, ScorerError, build_scorer
 from service.settings import Settings
 from tests.callers import ADMIN, auth
 from tests.catalog.fixtures import put, reranking_app, search

@@ -46,7 +46,7 @@ async def test_call_shapes_inline_on_the_top_three_capabilities_only_and_collaps
     shapes = [r.get("callShape") for r in doc["results"]]
     assert len(shapes) == 4 and all(shapes[:3]) and shapes[3] is None
     assert "\n" not in shapes[0] and shapes[0].endswith("…)") and len(shapes[0]) <= 180
-    assert doc["notices"] and "lexical only" in doc["notices"][0]
+    assert doc["notices"] and doc["notices"][0] == "embeddings are not configured; lexical results only"
 
 
 async def test_strong_export_is_its_own_hit_with_contract_and_medium_one_is_a_hint(lexical_client: Any) -> None:

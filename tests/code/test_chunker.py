@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.code.chunker import MAX_UNIT_LINES, WINDOW_LINES, Chunk, ChunkKind, chunk_file, content_hash
+from service.code.chunker import MAX_UNIT_LINES, WINDOW_LINES, Chunk, chunk_file, content_hash
+from service.code.languages import ChunkKind
 from service.code.walker import walk
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from service.code.runtime import workspaces_of
 from service.code.semantic import INDEX_JOB, WARM_JOB, schedule_indexing
+from service.code.state import workspaces_of
 from service.code.workspace import SearchConfig, workspace_id
 from service.errors import SettingsError
 from service.routing import node_for_workspace
-from service.settings import Settings, load_settings
+from service.settings import Settings
+from service.settings_loader import load_settings
 from service.state import ENGINE, WORKER_STATE
 from tests.admin.helpers import get_json, post_json
 from tests.callers import auth

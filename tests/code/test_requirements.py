@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from service.code.chunker import ChunkKind, chunk_file
+from service.code.chunker import chunk_file
+from service.code.languages import ChunkKind
 from service.code.semantic import SCOPE_TOO_LARGE
 from service.errors import SettingsError
-from service.settings import ProviderSettings, Settings, load_settings
+from service.settings import ProviderSettings, Settings
+from service.settings_loader import load_settings
 from tests.code.conftest import variant
 from tests.code.helpers import register, search, status, wait_embedded, wait_indexed
 from tests.code.trees import AUTH_PY, write_tree

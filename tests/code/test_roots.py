@@ -1,7 +1,7 @@
 """Workspace roots as a trust boundary, on the real app (store, Redis, worker, files): the service's own
 directories are never searchable, roots lie under bases named after their owners, another user's
 root is refused, index directories stay in the data or index directory, registrations have a
-quota, and a workspace whose root or cache is gone answers a clear 4xx and can always be deleted."""
+quota shared by a deployment's front ends, and a workspace whose root or cache is gone answers a clear 4xx and can always be deleted."""
 
 from __future__ import annotations
 
@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
-from service.auth import mint_token
-from service.code.runtime import workspaces_of
+from service.code.state import workspaces_of
 from service.code.workspace import REGISTRY_DIR, SearchConfig, Workspace, workspace_id
+from service.engine.queue import forget_deployment
 from service.settings import Settings
 from service.state import ENGINE
-from tests.callers import ADMIN, auth
-from tests.helpers import running_app, wait_until, with_settings
+from tests.callers import ADMIN, ALICE, BOB_ENG, CAROL, auth
+from tests.helpers import REDIS_URL, running_app, wait_until, with_settings
 
 Client = TestClient[Any, Any]
 
@@ -79,7 +80,7 @@ async def test_the_data_directory_and_its_secret_are_never_searchable_from_any_r
     app_settings = with_settings(settings, data_dir=data, jwt_secret=None, allowed_roots=(base,), embeddings_model=None, revalidate_interval_s=0.0)
     async with running_app(app_settings) as client:
         secret = (data / "jwt-secret").read_text().strip()
-        user = {"Authorization": f"Bearer {mint_token(secret, sub='mallory')}"}
+        user = auth("mallory", secret=secret)
         for root in (data, base, data / "index", other_data):
             status, body = await _register(client, root, user)
             assert status == 400 and body["error"]["code"] == "path_outside_workspace", (root, body)
@@ -119,9 +120,7 @@ async def test_multi_tenant_roots_lie_under_their_owners_bases_and_a_second_tena
         single_tenant=False,
         embeddings_model=None,
     )
-    alice = auth("alice", org="acme", teams=("eng",))
-    carol = auth("carol", org="acme")
-    bob = auth("bob", org="bobco", teams=("eng",))
+    alice, carol, bob = ALICE, CAROL, BOB_ENG  # acme's eng, acme in no team, bobco's eng
     sneaky = auth("../alice", org="acme")
     first_admin, second_admin = auth("root1", admin=True), auth("root2", admin=True)
     async with running_app(app_settings) as client:
@@ -198,6 +197,53 @@ async def test_index_dirs_stay_in_the_service_directories_and_registrations_have
         assert response.status == 429, await response.text()
         assert 1 <= int(response.headers["Retry-After"]) <= 60
         assert (await _register(client, repos[0], auth("other")))[0] == 201, "the quota is per caller"
+
+
+async def test_front_ends_of_one_deployment_share_the_registration_quota_and_another_deployment_does_not(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Three registrations a minute: two front ends on one Redis and one prefix answer three between
+    them and refuse the fourth on either; a second deployment on the same Redis keeps its own count."""
+    base = settings.allowed_roots[0]
+    repos = [_repo(base / f"shared{i}") for i in range(5)]
+    app_settings = with_settings(settings, embeddings_model=None, workspace_registrations_per_minute=3)
+    other_prefix = f"{settings.queue_prefix}-other"
+    user = auth("rhea")
+    try:
+        async with (
+            running_app(app_settings) as first,
+            running_app(app_settings, data_dir=tmp_path / "second-front-end", worker_in_process=False) as second,
+            running_app(app_settings, data_dir=tmp_path / "other-deployment", queue_prefix=other_prefix, worker_in_process=False) as other,
+        ):
+            for client, repo in ((first, repos[0]), (second, repos[1]), (first, repos[2])):
+                status, body = await _register(client, repo, user)
+                assert status == 201, body
+            for client in (second, first):
+                response = await client.post("/v1/workspaces", json={"root": str(repos[3])}, headers=user)
+                assert response.status == 429, await response.text()
+                error = (await response.json())["error"]
+                retry_after = int(response.headers["Retry-After"])
+                assert 1 <= retry_after <= 60 and error["code"] == "rate_limited", error
+                assert error["details"]["rateLimit"] == {"limit": 3, "window_s": 60, "retryAfterSeconds": retry_after}, error
+                assert error["message"].startswith("3 workspace registrations in the last minute"), error
+                assert "(workspace_registrations_per_minute)" in error["message"] and f"retry in {retry_after}s" in error["message"]
+            redis = aioredis.from_url(REDIS_URL)
+            try:
+                assert await redis.exists(f"{settings.queue_prefix}:ratelimit:registration:rhea:minute") == 1
+                assert await redis.exists(f"{other_prefix}:ratelimit:registration:rhea:minute") == 0
+            finally:
+                await redis.aclose()
+            for repo in repos[3:]:
+                status, body = await _register(other, repo, user)
+                assert status == 201, body
+            assert (await _register(other, repos[0], user))[0] == 201, "the other deployment's third"
+            assert (await _register(other, repos[1], user))[0] == 429
+    finally:
+        redis = aioredis.from_url(REDIS_URL)
+        try:
+            await forget_deployment(redis, other_prefix)
+        finally:
+            await redis.aclose()
 
 
 # ---- a workspace whose root or cache is gone ----------------------------------------------------------------

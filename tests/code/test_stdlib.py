@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from service.code.parsing import parse_search_body
-from service.code.runtime import close_workspaces, workspaces_of
 from service.code.search import search_workspace
+from service.code.state import close_workspaces, workspaces_of
 from service.code.walker import walk
 from service.code.workspace import SearchConfig, Workspace
 from service.engine.runtime import Engine

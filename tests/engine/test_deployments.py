@@ -31,7 +31,7 @@ from service.errors import SettingsError
 from service.settings import Settings
 from service.surfaces import surfaces
 from tests.callers import ALICE_PRO, TEST_SECRET
-from tests.helpers import REDIS_URL, free_port, running_app, serving, spawn_service, wait_until
+from tests.helpers import REDIS_URL, running_app, serve_until_exit, serving, wait_until
 from workers.settings import build_workers, run_workers, stop_workers
 
 # Several writes per service, each its own embed job: on a shared queue some would surely be taken
@@ -139,17 +139,8 @@ async def test_two_services_on_one_redis_each_embed_their_own_writes(tmp_path: P
 async def _a_third_on_the_first_ones_prefix_refuses_to_start(data_dir: Path, held_prefix: str) -> None:
     """A service of another data directory forced onto a live instance's prefix exits at start with
     a message naming the holder and what to change."""
-    log_path = data_dir.parent / "third.log"
     env = service_env(data_dir, AGENTSEARCH_QUEUE_PREFIX=held_prefix)
-    with log_path.open("wb") as log_file:
-        process = await spawn_service(env, free_port(), stdout=log_file, stderr=log_file)
-        try:
-            returncode = await asyncio.wait_for(process.wait(), timeout=120)
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-    output = log_path.read_text()
+    returncode, output = await serve_until_exit(env, data_dir.parent / "third.log", timeout_s=120)
     assert returncode == 2, output[-3000:]
     assert f"the prefix {held_prefix!r} is held by a live agentsearch instance" in output, output[-3000:]
     assert "AGENTSEARCH_QUEUE_PREFIX" in output

@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient
 from service.actions.model import META_COLLECTION
 from service.catalog.ingest import write_entities
 from service.catalog.keys import COLLECTION, Kind, record_key
-from service.catalog.models import parse_entity
+from service.catalog.parsing import parse_entity
 from service.engine.runtime import Engine
 from service.engine.serving import META_COLLECTION as MIGRATE_META
 from service.engine.startup import open_engine
@@ -29,7 +29,7 @@ from service.engine.teams import CHECK_MARKER, rekey
 from service.settings import Settings
 from service.state import ENGINE
 from service.surfaces import surfaces
-from tests.callers import ADMIN, ALICE, auth
+from tests.callers import ADMIN, ALICE, BOB_ENG, auth
 from tests.helpers import reindex_in_process, running_app, wait_until
 
 Client = TestClient[Any, Any]
@@ -43,7 +43,6 @@ PACKAGE = {
 }
 # ALICE is in acme's eng, the team that wrote the old records; BOB_ENG in bobco's eng: same team
 # name, another org.
-BOB_ENG = auth("bob", org="bobco", teams=("eng",))
 
 
 

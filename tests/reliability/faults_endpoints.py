@@ -8,12 +8,14 @@ the client gives up; the server counts the requests it saw cancelled).
 from __future__ import annotations
 
 import asyncio
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from tests.embedding_server import embedding_data
+from tests.helpers import stand_in
 
 DIMENSIONS = 24
 
@@ -24,22 +26,17 @@ class FaultyEndpoint:
     calls: int = 0
     cancelled: int = 0
     url: str = ""
-    _runner: web.AppRunner | None = field(default=None, repr=False)
+    _served: AsyncExitStack = field(default_factory=AsyncExitStack, repr=False)
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post("/rerank", self._rerank)
-        # handler_cancellation: a client that gives up cancels the handler, so hangs are counted.
-        self._runner = web.AppRunner(app, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        # A client that gives up cancels the handler (``stand_in``), so hangs are counted.
+        self.url = await self._served.enter_async_context(stand_in(app))
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._served.aclose()
 
     async def _fault(self) -> web.Response | None:
         self.calls += 1

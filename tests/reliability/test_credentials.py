@@ -19,7 +19,8 @@ import pytest
 from deploy import healthcheck
 from service.errors import SettingsError
 from service.redact import CredentialFilter, mask_url
-from service.settings import Settings, load_settings
+from service.settings import Settings
+from service.settings_loader import load_settings
 from tests.callers import auth
 from tests.helpers import reindex_in_process, running_app
 

@@ -17,15 +17,13 @@ from aiohttp.test_utils import TestClient
 
 from service.engine.store.edge import DISK_RESERVE_BYTES
 from service.settings import ProviderSettings, Settings
-from tests.callers import ADMIN, auth
+from tests.callers import ADMIN, SEARCHER, auth
 from tests.catalog.fixtures import reranking_app
-from tests.helpers import running_app, wait_until, with_settings
+from tests.helpers import ServiceProcess, running_app, wait_until, with_settings
 from tests.reliability.faults_disk import ext4_volume, fill_until_free
 from tests.reliability.faults_endpoints import DIMENSIONS, FaultyEndpoint
 from tests.reliability.faults_redis import RedisProcess
-from tests.reliability.faults_service import ServiceProcess, call, packages
-
-SEARCHER = auth("searcher", plan="max")
+from tests.reliability.faults_service import call, packages
 
 
 async def catalog_counts(session: aiohttp.ClientSession, base: str) -> dict[str, int]:
@@ -236,11 +234,11 @@ async def test_embeddings_endpoint_hanging_or_failing_answers_lexically_inside_t
                 endpoint.mode = mode
                 seconds, catalog = await _timed(client, "/v1/catalog/search", {"query": f"tide table lookup {mode}"}, alice)
                 doc = catalog["structuredContent"]
-                assert doc["mode"] == "lexical" and any(reason in n and "lexical only" in n for n in doc["notices"]), doc.get("notices")
+                assert doc["mode"] == "lexical" and any(reason in n and n.endswith("; lexical results only") for n in doc["notices"]), doc.get("notices")
                 assert "package:tide-0" in {r["entity"] for r in doc["results"]}
                 assert seconds < timeout_s + 1.0, seconds
                 seconds, actions = await _timed(client, "/v1/actions/search", {"query": f"send an email {mode}"}, alice)
-                assert any(reason in n and "keyword only" in n for n in actions["notices"]), actions["notices"]
+                assert any(reason in n and "lexical results only" in n for n in actions["notices"]), actions["notices"]
                 assert ("mailer_prod", "send_email") in {(r.get("service"), r["action"]) for r in actions["results"]}
                 assert seconds < timeout_s + 1.0, seconds
                 seconds, code = await _timed(client, f"/v1/workspaces/{workspace['id']}/search", {"query": f"give the customer money back {mode}"}, alice)

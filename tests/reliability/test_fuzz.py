@@ -13,9 +13,7 @@ something to find. Requests carry a user's token, or an admin's for admin-only o
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +25,6 @@ import pytest
 import redis
 import requests
 import schemathesis
-from aiohttp import web
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -40,16 +37,13 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from service.app import create_app
 from service.engine.queue import deployment_key_patterns
 from service.settings import Settings
-from tests.callers import TEST_SECRET, auth
-from tests.helpers import REDIS_URL
+from tests.callers import FUZZ_ADMIN, FUZZER, TEST_SECRET
+from tests.helpers import REDIS_URL, ThreadedApp, app_in_thread
 
 EXAMPLES_PER_OPERATION = 200
 PARSER_LINE_LIMIT = 8190  # aiohttp's max_line_size and max_field_size
-FUZZER = auth("fuzzer", org="fuzzorg", teams=("fuzzteam",), plan="max")
-FUZZ_ADMIN = auth("fuzzroot", admin=True, plan="max")
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -61,42 +55,12 @@ CHECKS = [
 ]
 
 
-class LiveServer:
-    """The app on a real loopback port, served by its own event loop in a thread: schemathesis'
-    client is synchronous, so the server cannot share the test's loop."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.url = ""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="live-server", daemon=True)
-        self._runner: web.AppRunner | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=120)
-
-    async def _start(self) -> None:
-        self._runner = web.AppRunner(create_app(self.settings))
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=180)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-
-
 @dataclass(frozen=True)
 class Seeded:
-    """The live server and the data seeded into it."""
+    """The app on a real loopback port (its own thread: schemathesis' client is synchronous) and
+    the data seeded into it."""
 
-    server: LiveServer
+    server: ThreadedApp
     session: requests.Session
     workspace_id: str
 
@@ -159,25 +123,22 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     prefix = f"agentsearch-test-{uuid.uuid4().hex[:12]}"
-    server = LiveServer(
-        Settings(
-            data_dir=base / "data",
-            redis_url=REDIS_URL,
-            queue_prefix=prefix,
-            jwt_secret=TEST_SECRET,
-            allowed_roots=(workspaces,),
-            single_tenant=True,  # the fuzzing user registers under the plain base
-            rate_limits_enabled=False,  # the fuzzer sends far more than a plan allows; limits have their own test
-            job_timeout_s=60,
-        )
+    app_settings = Settings(
+        data_dir=base / "data",
+        redis_url=REDIS_URL,
+        queue_prefix=prefix,
+        jwt_secret=TEST_SECRET,
+        allowed_roots=(workspaces,),
+        single_tenant=True,  # the fuzzing user registers under the plain base
+        rate_limits_enabled=False,  # the fuzzer sends far more than a plan allows; limits have their own test
+        job_timeout_s=60,
     )
-    server.start()
     session = requests.Session()
     try:
-        yield Seeded(server, session, _seed(session, server.url, root))
+        with app_in_thread(app_settings) as server:
+            yield Seeded(server, session, _seed(session, server.url, root))
     finally:
         session.close()
-        server.stop()
         client = redis.Redis.from_url(REDIS_URL)
         for pattern in deployment_key_patterns(prefix):
             for key in client.scan_iter(match=pattern, count=1000):

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient
 
 from service.engine.queue import deployment_key_patterns
 from service.settings import Settings
-from tests.callers import ADMIN, TEST_SECRET, auth
+from tests.callers import ADMIN, TEST_SECRET, auth, forged
 from tests.helpers import REDIS_URL, running_app, wait_until
 
 CONTRACT = yaml.safe_load((Path(__file__).resolve().parents[2] / "service" / "openapi.yaml").read_text())
@@ -475,8 +475,8 @@ async def test_a_dev_token_of_another_data_directory_is_told_so_and_the_token_co
         assert main(["token", "--data-dir", str(dev.data_dir), "--sub", "ann"]) == 0
         own = capsys.readouterr().out.strip()
         assert (await client.get("/v1/index/status", headers={"Authorization": f"Bearer {own}"})).status == 200
-    async with running_app(dev, jwt_secret=TEST_SECRET, data_dir=tmp_path / "configured") as forged:
-        answer = await forged.get("/v1/index/status", headers={"Authorization": f"Bearer {minted['token']}"})
+    async with running_app(dev, jwt_secret=TEST_SECRET, data_dir=tmp_path / "configured") as configured:
+        answer = await configured.get("/v1/index/status", headers={"Authorization": f"Bearer {minted['token']}"})
         assert "data directory" not in (await answer.json())["error"]["message"], "a configured secret names no data directory"
 
 
@@ -674,13 +674,13 @@ PUBLIC = {"/healthz", "/readyz", "/metrics", "/openapi.json", "/admin/login"}
 async def test_every_operation_refuses_callers_without_the_right_token(client: Client) -> None:
     """Driven by the contract: an operation added to openapi.yaml is covered without editing this test."""
     user = auth("ursula", org="acme")
-    forged = {"Authorization": "Bearer " + jwt.encode({"sub": "root", "admin": True}, "y" * 48, algorithm="HS256")}
+    forged_admin = forged("root", admin=True)
     checked = 0
     for method, path in _operations():
         if path in PUBLIC or path.startswith("/admin/static"):
             continue
         is_page = path == "/admin" or path.startswith("/admin/jobs/")
-        for headers, expected in (({}, 401), (forged, 401)):
+        for headers, expected in (({}, 401), (forged_admin, 401)):
             status, _, text = await _call(client, method, path, headers, {})
             if is_page:
                 assert status == 303, (method, path, status)  # a browser without a valid session goes to the login form

@@ -22,24 +22,13 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from .base import (
-    CollectionSpec,
-    Condition,
-    Filter,
-    HasVector,
-    Hit,
-    Match,
-    MatchAny,
-    PointRecord,
-    Range,
-    StoreError,
-    VectorSpec,
-)
+from .base import CollectionSpec, Filter, Hit, PointRecord, StoreError, VectorSpec
+from .client_codec import floats, hits, optional_filter, qdrant_filter, record_out, vector_sizes, vectors_in
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +118,7 @@ class QdrantClientStore:
             for field_name, schema in self._payload_indexes(spec):
                 if field_name not in info.payload_schema:
                     await self._client.create_payload_index(name, field_name, field_schema=schema, wait=True)
-        existing = _vector_sizes(info)
+        existing = vector_sizes(info)
         for vector in vectors:
             await self._add_vector(name, vector, existing)
         self._text_fields[name] = spec.text_field
@@ -137,11 +126,11 @@ class QdrantClientStore:
     async def ensure_vector(self, collection: str, vector: VectorSpec) -> None:
         with _errors("read the collection", collection):
             info = await self._client.get_collection(collection)
-        await self._add_vector(collection, vector, _vector_sizes(info))
+        await self._add_vector(collection, vector, vector_sizes(info))
 
     async def drop_vector(self, collection: str, name: str) -> None:
         with _errors("read the collection", collection):
-            sizes = _vector_sizes(await self._client.get_collection(collection))
+            sizes = vector_sizes(await self._client.get_collection(collection))
         if name not in sizes:
             return
         if len(sizes) == 1:
@@ -156,7 +145,7 @@ class QdrantClientStore:
         with _errors("upsert points", collection):
             for start in range(0, len(points), WRITE_CHUNK_POINTS):
                 structs = [
-                    models.PointStruct(id=p.id, vector=_vectors_in(p.vectors), payload=dict(p.payload))
+                    models.PointStruct(id=p.id, vector=vectors_in(p.vectors), payload=dict(p.payload))
                     for p in points[start : start + WRITE_CHUNK_POINTS]
                 ]
                 await self._client.upsert(collection, points=structs, wait=True)
@@ -175,7 +164,7 @@ class QdrantClientStore:
         with _errors("update vectors", collection):
             for start in range(0, len(vectors), WRITE_CHUNK_POINTS):
                 batch = [
-                    models.PointVectors(id=point_id, vector=_vectors_in(named))
+                    models.PointVectors(id=point_id, vector=vectors_in(named))
                     for point_id, named in vectors[start : start + WRITE_CHUNK_POINTS]
                 ]
                 await self._client.update_vectors(collection, points=batch, wait=True)
@@ -187,7 +176,7 @@ class QdrantClientStore:
 
     async def delete_by_filter(self, collection: str, filter: Filter) -> None:
         with _errors("delete points by filter", collection):
-            selector = models.FilterSelector(filter=_qdrant_filter(filter))
+            selector = models.FilterSelector(filter=qdrant_filter(filter))
             await self._client.delete(collection, points_selector=selector, wait=True)
 
     # ---- reads -----------------------------------------------------------------------------
@@ -197,7 +186,7 @@ class QdrantClientStore:
             records = await self._client.retrieve(
                 collection, ids=list(point_ids), with_payload=True, with_vectors=with_vectors
             )
-        return [_record_out(r) for r in records]
+        return [record_out(r) for r in records]
 
     async def scroll(
         self,
@@ -211,17 +200,17 @@ class QdrantClientStore:
         with _errors("scroll points", collection):
             records, next_offset = await self._client.scroll(
                 collection,
-                scroll_filter=_optional_filter(filter),
+                scroll_filter=optional_filter(filter),
                 limit=limit,
                 offset=offset,
                 with_payload=True,
                 with_vectors=with_vectors,
             )
-        return [_record_out(r) for r in records], (None if next_offset is None else str(next_offset))
+        return [record_out(r) for r in records], (None if next_offset is None else str(next_offset))
 
     async def count(self, collection: str, filter: Filter | None = None) -> int:
         with _errors("count points", collection):
-            result = await self._client.count(collection, count_filter=_optional_filter(filter), exact=True)
+            result = await self._client.count(collection, count_filter=optional_filter(filter), exact=True)
         return result.count
 
     async def search_dense(
@@ -230,13 +219,13 @@ class QdrantClientStore:
         with _errors("search dense vectors", collection):
             response = await self._client.query_points(
                 collection,
-                query=_floats(vector),
+                query=floats(vector),
                 using=vector_name,
-                query_filter=_optional_filter(filter),
+                query_filter=optional_filter(filter),
                 limit=limit,
                 with_payload=True,
             )
-        return _hits(response.points)
+        return hits(response.points)
 
     async def search_text(self, collection: str, query_terms: str, filter: Filter | None = None, *, limit: int = 10) -> list[Hit]:
         if not query_terms.split():
@@ -247,11 +236,11 @@ class QdrantClientStore:
                 collection,
                 query=models.TextQuery(text=query_terms),
                 using=text_field,
-                query_filter=_optional_filter(filter),
+                query_filter=optional_filter(filter),
                 limit=limit,
                 with_payload=True,
             )
-        return _hits(response.points)
+        return hits(response.points)
 
     async def search_hybrid(
         self,
@@ -265,16 +254,16 @@ class QdrantClientStore:
         prefetch_limit: int = 50,
         rrf_k: int = 60,
     ) -> list[Hit]:
-        qdrant_filter = _optional_filter(filter)
+        where = optional_filter(filter)
         # The filter goes on each prefetch: each side must pick its top-K among allowed points.
         prefetch = [
-            models.Prefetch(query=_floats(vector), using=vector_name, filter=qdrant_filter, limit=prefetch_limit)
+            models.Prefetch(query=floats(vector), using=vector_name, filter=where, limit=prefetch_limit)
         ]
         if query_terms.split():
             text_field = await self._text_field(collection)
             prefetch.append(
                 models.Prefetch(
-                    query=models.TextQuery(text=query_terms), using=text_field, filter=qdrant_filter, limit=prefetch_limit
+                    query=models.TextQuery(text=query_terms), using=text_field, filter=where, limit=prefetch_limit
                 )
             )
         with _errors("search hybrid", collection):
@@ -282,11 +271,11 @@ class QdrantClientStore:
                 collection,
                 prefetch=prefetch,
                 query=models.RrfQuery(rrf=models.Rrf(k=rrf_k)),
-                query_filter=qdrant_filter,
+                query_filter=where,
                 limit=limit,
                 with_payload=True,
             )
-        return _hits(response.points)
+        return hits(response.points)
 
     async def flush(self) -> None:
         """Nothing to do: every write waited until the server applied it (its WAL is durable)."""
@@ -357,66 +346,6 @@ def _errors(what: str, collection: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise StoreError(f"qdrant-client could not {what} in collection {collection!r}: {exc!r}") from exc
-
-
-def _vector_sizes(info: models.CollectionInfo) -> dict[str, int]:
-    vectors = info.config.params.vectors
-    if isinstance(vectors, Mapping):
-        return {name: params.size for name, params in vectors.items()}
-    if isinstance(vectors, models.VectorParams):  # an unnamed default vector: not ours, but report it
-        return {"": vectors.size}
-    return {}
-
-
-def _floats(vector: Sequence[float]) -> list[float]:
-    tolist = getattr(vector, "tolist", None)  # numpy arrays convert in C
-    return [float(x) for x in vector] if tolist is None else list(tolist())
-
-
-def _vectors_in(vectors: Mapping[str, Sequence[float]]) -> dict[str, Any]:
-    return {name: _floats(values) for name, values in vectors.items()}
-
-
-def _record_out(record: models.Record) -> PointRecord:
-    vectors: dict[str, list[float]] = {}
-    if isinstance(record.vector, Mapping):
-        vectors = {
-            name: list(cast(list[float], values)) for name, values in record.vector.items() if isinstance(values, list)
-        }
-    return PointRecord(id=str(record.id), payload=dict(record.payload or {}), vectors=vectors)
-
-
-def _hits(points: Sequence[models.ScoredPoint]) -> list[Hit]:
-    return [Hit(id=str(p.id), score=float(p.score), payload=dict(p.payload or {})) for p in points]
-
-
-def _optional_filter(flt: Filter | None) -> models.Filter | None:
-    return None if flt is None else _qdrant_filter(flt)
-
-
-def _qdrant_filter(flt: Filter) -> models.Filter:
-    # Empty lists become None: an empty `should` must not mean "match nothing".
-    return models.Filter(
-        must=[_qdrant_condition(c) for c in flt.must] or None,
-        should=[_qdrant_condition(c) for c in flt.should] or None,
-        must_not=[_qdrant_condition(c) for c in flt.must_not] or None,
-    )
-
-
-def _qdrant_condition(cond: Condition) -> Any:
-    if isinstance(cond, Match):
-        return models.FieldCondition(key=cond.field, match=models.MatchValue(value=cond.value))
-    if isinstance(cond, MatchAny):
-        return models.FieldCondition(key=cond.field, match=models.MatchAny(any=cast(list[str] | list[int], list(cond.values))))
-    if isinstance(cond, Range):
-        return models.FieldCondition(
-            key=cond.field, range=models.Range(gte=cond.gte, gt=cond.gt, lte=cond.lte, lt=cond.lt)
-        )
-    if isinstance(cond, HasVector):
-        return models.HasVectorCondition(has_vector=cond.vector)
-    if isinstance(cond, Filter):
-        return _qdrant_filter(cond)
-    raise StoreError(f"unsupported filter condition {cond!r}")
 
 
 __all__ = ["QdrantClientStore"]

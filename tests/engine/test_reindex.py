@@ -21,9 +21,9 @@ import pytest
 
 from service.engine.analyzer import ANALYZER_VERSION, query_terms, terms_text
 from service.engine.embeddings import vector_name
-from service.engine.migrate import MIGRATION_KEY, reindex
 from service.engine.records import DONE, PENDING, IndexRecord, tenant_filter
 from service.engine.refresh import embed_records
+from service.engine.reindex import MIGRATION_KEY, reindex
 from service.engine.runtime import Engine
 from service.engine.search import Mode, retrieve
 from service.engine.serving import META_COLLECTION, SERVING_KEY, read_marker

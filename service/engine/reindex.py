@@ -22,8 +22,8 @@ Records hold everything their index entries derive from (``embed_text``, ``embed
 5. **retire**: the old model's named vector is dropped from each collection where no record still
    uses it (a workspace that names the old model explicitly keeps it), freeing its memory and disk.
 
-The migration's own marker (``migration``) records the target and the step reached; the
-``reindex`` job publishes progress to Redis (``{prefix}:reindex:progress``) for the command.
+The migration's own marker (``migration``) records the target and the step reached; progress goes
+to a listener at each step and batch (``service.engine.reindex_progress``).
 """
 
 from __future__ import annotations
@@ -31,16 +31,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from redis.exceptions import RedisError
-
 from service.engine.analyzer import ANALYZER_VERSION, upgrade_terms
-from service.engine.embeddings import LocalEmbedder, ModelRef, OpenAIEmbedder
+from service.engine.embeddings import Embedder, ModelRef
 from service.engine.records import DONE, PENDING, RecordIndex, content_hash
+from service.engine.reindex_progress import ProgressListener, ReindexProgress
 from service.engine.serving import SERVING_KEY, SERVING_REFRESH_S, read_marker, refresh_serving, write_marker
 from service.engine.store import VectorSpec
 
@@ -53,22 +51,10 @@ MIGRATION_KEY = "migration"
 SCROLL_PAGE = 512
 MAX_FILL_PASSES = 20
 
-Progress = Callable[["ReindexProgress"], None]
-Embedder = LocalEmbedder | OpenAIEmbedder
 
 
 class ReindexNotFinished(Exception):
     """The deadline passed before the reindex was done; running it again continues where it stopped."""
-
-
-@dataclass(frozen=True)
-class ReindexProgress:
-    """Where a reindex stands: ``step`` (teams | records | fill | switch | reconcile | retire | done), per collection."""
-
-    step: str
-    collection: str = ""
-    done: int = 0
-    total: int = 0
 
 
 @dataclass
@@ -101,7 +87,7 @@ class ReindexReport:
 async def reindex(
     engine: Engine,
     *,
-    progress: Progress | None = None,
+    progress: ProgressListener | None = None,
     deadline: float | None = None,
     settle_s: float | None = None,
     team_orgs: Mapping[str, str] | None = None,
@@ -183,7 +169,7 @@ def _is_default(payload: Mapping[str, Any]) -> bool:
     return not payload.get("embed_model")
 
 
-async def _repair(engine: Engine, index: RecordIndex, serving_vector: str | None, notify: Progress) -> tuple[int, int, int]:
+async def _repair(engine: Engine, index: RecordIndex, serving_vector: str | None, notify: ProgressListener) -> tuple[int, int, int]:
     """Step 1: derive each record's hash again and put back to pending what has no current vector;
     bring terms an older analyzer wrote up to date. Returns (records, repaired, reanalyzed)."""
     seen = repaired = reanalyzed = 0
@@ -249,7 +235,7 @@ async def _fill(
     serving: ModelRef | None,
     serving_vector: str | None,
     report: ReindexReport,
-    notify: Progress,
+    notify: ProgressListener,
     deadline: float | None,
 ) -> None:
     """Step 2: passes over every collection until one finds nothing left to fill."""
@@ -283,7 +269,7 @@ async def _fill(
     log.warning("records kept changing during the fill; switching, the reconcile step embeds the rest")
 
 
-async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedder, notify: Progress, deadline: float | None) -> int:
+async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedder, notify: ProgressListener, deadline: float | None) -> int:
     target_vector = embedder.vector_name
     todo: list[tuple[str, str, str]] = []
     total = 0
@@ -335,7 +321,7 @@ async def _switch(engine: Engine, target: ModelRef) -> None:
     log.info("switched the default embeddings model", extra={"model": target.model})
 
 
-async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, notify: Progress, deadline: float | None) -> int:
+async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, notify: ProgressListener, deadline: float | None) -> int:
     """Step 4: every embedded default record gets the new vector and names it in ``vector_name``."""
     target_vector = embedder.vector_name
     relabel: list[str] = []
@@ -364,7 +350,7 @@ async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, not
     return len(relabel) + done
 
 
-async def _retire(engine: Engine, migration: Mapping[str, Any], target_vector: str | None, notify: Progress) -> dict[str, str]:
+async def _retire(engine: Engine, migration: Mapping[str, Any], target_vector: str | None, notify: ProgressListener) -> dict[str, str]:
     """Step 5: drop the old default model's vector from every collection where no record uses it."""
     old, old_model = migration.get("source_vector"), migration.get("source_model")
     if not old or old == target_vector:
@@ -389,51 +375,9 @@ async def _uses_vector(engine: Engine, index: RecordIndex, vector: str, model: s
     return False
 
 
-# ---- progress through Redis (the job in a running service, the command waiting for it) ---------
-
-
-def progress_key(prefix: str) -> str:
-    return f"{prefix}:reindex:progress"
-
-
-class RedisProgress:
-    """Publishes a running reindex's progress, at most once a second, for ``agentsearch reindex``."""
-
-    def __init__(self, engine: Engine, job_id: str) -> None:
-        self._engine = engine
-        self._job_id = job_id
-        self._last = 0.0
-        self._pending: ReindexProgress | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def __call__(self, update: ReindexProgress) -> None:
-        self._pending = update
-        if time.monotonic() - self._last >= 1.0:
-            self._last = time.monotonic()
-            task = asyncio.get_running_loop().create_task(self.publish(state="running"))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def publish(self, *, state: str, report: ReindexReport | None = None, error: str | None = None) -> None:
-        body: dict[str, Any] = {"job_id": self._job_id, "state": state, "at": time.time()}
-        if self._pending is not None:
-            body["progress"] = asdict(self._pending)
-        if report is not None:
-            body["report"] = report.as_dict()
-        if error is not None:
-            body["error"] = error
-        try:
-            await self._engine.redis.set(progress_key(self._engine.settings.queue_prefix), orjson.dumps(body), ex=24 * 3600)
-        except (RedisError, OSError) as exc:
-            log.warning("reindex progress not published", extra={"error": str(exc)})
-
-
 __all__ = [
     "MIGRATION_KEY",
-    "RedisProgress",
     "ReindexNotFinished",
-    "ReindexProgress",
     "ReindexReport",
-    "progress_key",
     "reindex",
 ]

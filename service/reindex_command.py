@@ -1,6 +1,6 @@
 """The ``agentsearch reindex`` command: rebuild every index from its records, switch the default model.
 
-The work is ``service.engine.migrate.reindex``. The command runs it in its own process when it can
+The work is ``service.engine.reindex.reindex``. The command runs it in its own process when it can
 open the store (a Qdrant server, or an embedded data directory no service holds); when a service
 holds the embedded data directory, it queues the ``reindex`` job for that service's in-process
 worker, so searches go on during the fill, and follows its progress through Redis.
@@ -21,8 +21,9 @@ from arq.jobs import Job, JobStatus
 from redis.exceptions import RedisError
 
 from service.engine.deployment import resolve_deployment
-from service.engine.migrate import ReindexProgress, progress_key, reindex
-from service.engine.queue import JobQueue, QueueNames
+from service.engine.queue import JobQueue, QueueNames, deserialize
+from service.engine.reindex import reindex
+from service.engine.reindex_progress import ReindexProgress, progress_key
 from service.engine.runtime import create_redis_client
 from service.engine.startup import open_engine
 from service.engine.store import StoreLockedError
@@ -93,11 +94,15 @@ async def _reindex_in_service(settings: Settings, *, as_json: bool, wait: bool, 
                 if body.get("state") == "done":
                     _print_reindex(body.get("report") or {}, as_json=as_json)
                     return 0
-            if await Job(job_id, redis).status() is JobStatus.complete:
-                info = await Job(job_id, redis).result_info()
+            job_state = Job(job_id, redis, _deserializer=deserialize)  # results are JSON (service.engine.queue)
+            if await job_state.status() is JobStatus.complete:
+                info = await job_state.result_info()
                 if info is not None and not info.success:
                     print(f"agentsearch: the reindex job failed: {info.result}", file=sys.stderr)
                     return 1
+                if info is not None and isinstance(info.result, dict):  # done, its last progress unseen
+                    _print_reindex(info.result, as_json=as_json)
+                    return 0
     except (RedisError, OSError) as exc:
         print(f"agentsearch: Redis at {mask_url(settings.redis_url)} is unreachable: {mask_text(str(exc))}", file=sys.stderr)
         return 2

@@ -1,10 +1,11 @@
-"""Request-scoped search timing: phase tiles, ``unaccounted``, and the search deadline checked between phases.
+"""The deadline of one search: its time budget, the phases it ran, and the check between phases.
 
-A search runs as phases (``rateLimit``, ``identityResolution``, ``rowAndRegistryLoad``,
-``featureFlags``, ``loadAndRank``, ``memoryEnrichment``, ``jevRerank``, ``waitingItems``, ...).
-Each phase is one exclusive tile of ``timing.serverTiming``; ``unaccounted`` is the wall clock minus
-the tiles. Before a phase starts the clock checks the deadline and whether the request gave up on
-this search, so an abandoned search stops at its next phase instead of competing with a retry.
+Every surface's search runs under a ``Deadline`` (``service.engine.surface.run_search`` makes it).
+A search runs as named phases (``rateLimit``, then the surface's own: ``revalidate``, ``lexical``,
+``loadAndRank``, ``jevRerank``, ...). Each phase is one exclusive tile of the answer's timing
+(``Server-Timing`` and, for the catalog, ``timing.serverTiming``); ``unaccounted`` is the wall clock
+minus the tiles. Before a phase starts the deadline checks its budget and whether the request gave
+up on this search, so an abandoned search stops at its next phase instead of competing with a retry.
 """
 
 from __future__ import annotations
@@ -24,7 +25,19 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class SearchClock:
+# The search's own deadline fires this much before the request's (the HTTP middleware's), so the
+# caller gets the surface's deadline answer, which says what to do, rather than a bare 504.
+_MARGIN_S = 0.5
+
+
+def search_budget_s(request_deadline_s: float) -> float:
+    """The time one search may take within a request deadline of ``request_deadline_s``."""
+    return max(0.05, request_deadline_s - min(_MARGIN_S, request_deadline_s * 0.1))
+
+
+class Deadline:
+    """When a search must be done by, and the phase tiles it has run."""
+
     def __init__(self, budget_s: float) -> None:
         self.started_at = datetime.now(UTC)
         self._start = time.perf_counter()
@@ -60,12 +73,17 @@ class SearchClock:
         values = [ms for phase, ms in self.phases if phase == name]
         return round(sum(values), 3) if values else None
 
-    def timing(self) -> dict[str, Any]:
-        """``timing``: startedAt, endedAt, durationMs and serverTiming tiles plus ``unaccounted``."""
-        duration_ms = self.elapsed_s() * 1000
+    def tiles(self) -> dict[str, float]:
+        """Phase name -> milliseconds, a phase run twice summed once."""
         tiles: dict[str, float] = {}
         for name, ms in self.phases:
             tiles[name] = tiles.get(name, 0.0) + ms
+        return tiles
+
+    def timing(self) -> dict[str, Any]:
+        """``timing``: startedAt, endedAt, durationMs and serverTiming tiles plus ``unaccounted``."""
+        duration_ms = self.elapsed_s() * 1000
+        tiles = self.tiles()
         unaccounted = max(0.0, duration_ms - sum(tiles.values()))
         server_timing = [{"name": name, "durationMs": round(ms, 3)} for name, ms in tiles.items()]
         server_timing.append({"name": "unaccounted", "durationMs": round(unaccounted, 3)})

@@ -16,9 +16,9 @@ import aiohttp
 import orjson
 
 from service.settings import Settings
+from tests.e2e.test_worker import PACKAGES, REWORDED, call, catalog_counts, environment, front_end
 from tests.engine.model_server import ModelServer
 from tests.helpers import ROOT, wait_until
-from tests.test_e2e_worker import PACKAGES, REWORDED, call, catalog_counts, environment, front_end
 
 
 async def search(session: aiohttp.ClientSession, base: str, query: str) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from service.engine.records import DONE, tenant_filter
 from service.engine.search import retrieve
 from service.engine.startup import open_engine
 from service.surfaces import surfaces
-from tests.engine.crash_worker import RECORDS, SPEC, crash_settings
 from tests.helpers import wait_until
+from tests.workers.crash_worker import RECORDS, SPEC, crash_settings
 from workers.settings import build_workers, run_workers, stop_workers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 async def test_sigkill_mid_embed_then_sweeper_completes(tmp_path: Path, redis_prefix: str) -> None:
     data_dir = tmp_path / "data"
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.engine.crash_worker", str(data_dir), redis_prefix],
+        [sys.executable, "-m", "tests.workers.crash_worker", str(data_dir), redis_prefix],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from service.admin.jobrecord import JobRow, JobStatus
 from service.admin.keys import ABORT_SET, AdminKeys
-from service.admin.model import JobRow, JobStatus
 from service.admin.queues import QueueReader
 from service.admin.targets import workspace_tenant
 from service.errors import Conflict, NotFound, Unavailable
@@ -32,7 +32,7 @@ SWEEP_JOB = "sweep"
 LINK_TTL_S = 2 * 3600
 
 
-class JobActions:
+class JobOperations:
     """The actions of one app; every one is logged with the admin who asked."""
 
     def __init__(self, engine: Engine, reader: QueueReader, job_names: frozenset[str]) -> None:

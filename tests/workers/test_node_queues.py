@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from service.code.runtime import workspaces_of
 from service.code.semantic import INDEX_JOB, WARM_JOB, schedule_indexing
+from service.code.state import workspaces_of
 from service.code.workspace import SearchConfig, workspace_id
 from service.engine.runtime import Engine
 from service.engine.startup import open_engine
 from service.errors import SettingsError
 from service.routing import node_for_workspace
-from service.settings import Settings, load_settings
+from service.settings import Settings
+from service.settings_loader import load_settings
 from service.surfaces import surfaces
 from tests.code.trees import write_tree
 from tests.queues import queued_functions

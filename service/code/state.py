@@ -1,8 +1,11 @@
-"""The open workspaces of one engine: registry, per-workspace cache and trigram reader, revalidation.
+"""What the code surface keeps open per engine: its registered workspaces, their open caches and revalidation.
 
-``workspaces_of(engine)`` is the one ``Workspaces`` of an engine (request handlers, jobs and the
-CLI share it, so the in-process worker and the front end see the same caches and locks). A
-workspace is revalidated against its tree at most every ``settings.revalidate_interval_s``
+``workspaces_of(engine)`` is the one ``Workspaces`` of an engine, opened by the surface's
+``on_open`` (``open_workspaces``) and kept on the engine under the surface's name: request
+handlers, jobs and the CLI share it, so the in-process worker and the front end see the same
+caches and locks. Its chunks are read and written through the code surface's ``RecordIndex``.
+
+A workspace is revalidated against its tree at most every ``settings.revalidate_interval_s``
 (10 s by default); one revalidation at a time per workspace (an asyncio lock: a search that finds
 one running waits briefly, then searches what is indexed, with a notice).
 
@@ -21,20 +24,19 @@ import os
 import shutil
 import sqlite3
 import time
-import weakref
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from service.code.cache import ChunkCache
-from service.code.indexer import SyncProgress, SyncReport, enqueue_embedding, rebuild_trigram, sync
-from service.code.model import COLD, COLLECTION
+from service.code.ingest import SyncProgress, SyncReport, rebuild_trigram, sync
+from service.code.matchers import MatcherPool
+from service.code.model import SURFACE_NAME, workspace_filter
 from service.code.roots import mark_no_index
 from service.code.trigram import IndexLocked, TrigramIndex
 from service.code.workspace import SearchConfig, Workspace, WorkspaceRegistry, new_workspace, with_search
 from service.engine.records import DONE, PENDING
-from service.engine.store import Filter, Match, StoreError, point_id
+from service.engine.store import Filter, Match
 from service.errors import NotFound, WorkspaceBroken, WorkspaceMissing
 
 if TYPE_CHECKING:
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRIGRAM_DIR = "trigram"
-QUEUE_PAGE = 1_024
 MISSING, BROKEN = "missing", "broken"
 
 
@@ -89,15 +90,16 @@ class Workspaces:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.records = engine.records(SURFACE_NAME)
         self.registry = WorkspaceRegistry(engine.settings.data_dir)
         self._runtimes: dict[str, WorkspaceRuntime] = {}
         self._opening = asyncio.Lock()
         # One registration at a time: the ownership checks and the save are one step.
         self.registering = asyncio.Lock()
-        # Per owner tenant, when its recent registrations happened (``registration.py``'s quota).
-        self.registrations: dict[str, deque[float]] = {}
         # Workspaces whose cache failed to open, and why (the status and the dashboard show it).
         self.broken: dict[str, str] = {}
+        # The warm regex matching processes of this engine's searches (closed with the workspaces).
+        self.matchers = MatcherPool()
 
     # ---- registry ----------------------------------------------------------------------------
 
@@ -143,7 +145,7 @@ class Workspaces:
         if runtime is not None:
             async with runtime.lock:
                 runtime.close()
-        await self.engine.store.delete_by_filter(COLLECTION, workspace_filter(workspace))
+        await self.records.delete_where(workspace_filter(workspace))
         cache_dir = workspace.cache_dir(self.engine.settings)
         shutil.rmtree(cache_dir / TRIGRAM_DIR, ignore_errors=True)
         for name in ("chunks.sqlite", "chunks.sqlite-wal", "chunks.sqlite-shm"):
@@ -201,6 +203,10 @@ class Workspaces:
 
     # ---- runtimes ------------------------------------------------------------------------------
 
+    def opened(self, workspace_id: str) -> WorkspaceRuntime | None:
+        """The workspace's runtime if it is open (nothing is opened)."""
+        return self._runtimes.get(workspace_id)
+
     async def runtime(self, workspace: Workspace) -> WorkspaceRuntime:
         runtime = self._runtimes.get(workspace.id)
         if runtime is not None:
@@ -230,7 +236,7 @@ class Workspaces:
     async def _heal(self, runtime: WorkspaceRuntime) -> None:
         """Re-derive what a crash or a wiped directory left apart from the cache."""
         cached = runtime.cache.chunk_count()
-        if cached and not await self.engine.store.count(COLLECTION, workspace_filter(runtime.workspace)):
+        if cached and not await self.records.count(workspace_filter(runtime.workspace)):
             log.warning("store lost the workspace's chunks; reindexing", extra={"workspace": runtime.workspace.id})
             runtime.cache.clear()
             cached = 0
@@ -242,6 +248,7 @@ class Workspaces:
         for runtime in self._runtimes.values():
             runtime.close()
         self._runtimes.clear()
+        self.matchers.close()
 
     # ---- revalidation ----------------------------------------------------------------------------
 
@@ -295,103 +302,13 @@ class Workspaces:
 
     # ---- embedding state -------------------------------------------------------------------------
 
-    async def queue_cold(self, workspace: Workspace, flt: Filter | None = None) -> int:
-        """Move the workspace's ``cold`` chunks (under ``flt``) to ``pending`` and queue their embedding."""
-        store = self.engine.store
-        cold = (flt or workspace_filter(workspace)).and_(Match("embed_state", COLD))
-        queued = 0
-        seen: set[str] = set()
-        while True:
-            page, _ = await store.scroll(COLLECTION, cold, limit=QUEUE_PAGE)
-            if not page or all(p.id in seen for p in page):
-                return queued  # the second case: points that refuse the update; the sweeper cannot help
-            seen.update(p.id for p in page)
-            items = [(str(p.payload["key"]), str(p.payload["content_hash"])) for p in page]
-            await _set_pending(self.engine, [p.id for p in page])
-            await enqueue_embedding(self.engine, items)
-            queued += len(items)
-
     async def counts(self, workspace: Workspace, flt: Filter | None = None) -> dict[str, int]:
-        """``chunks``, ``embedded``, ``pending`` and ``cold`` points of the workspace (under ``flt``)."""
-        store = self.engine.store
+        """``chunks``, ``embedded``, ``pending`` and ``cold`` chunks of the workspace (under ``flt``)."""
         base = flt or workspace_filter(workspace)
-        total = await store.count(COLLECTION, base)
-        embedded = await store.count(COLLECTION, base.and_(Match("embed_state", DONE)))
-        pending = await store.count(COLLECTION, base.and_(Match("embed_state", PENDING)))
+        total = await self.records.count(base)
+        embedded = await self.records.count(base.and_(Match("embed_state", DONE)))
+        pending = await self.records.count(base.and_(Match("embed_state", PENDING)))
         return {"chunks": total, "embedded": embedded, "pending": pending, "cold": max(total - embedded - pending, 0)}
-
-    async def status(self, workspace: Workspace) -> dict[str, Any]:
-        """``GET /v1/workspaces/{id}``: the index state of the workspace (``missing`` or ``broken``
-        with a ``problem`` saying what to do when it cannot be searched)."""
-        if not self.root_exists(workspace):
-            return await self._problem_status(workspace, MISSING, missing_message(workspace))
-        try:
-            runtime = await self.runtime(workspace)
-        except WorkspaceBroken as exc:
-            return await self._problem_status(workspace, BROKEN, exc.message)
-        counts = await self.counts(workspace)
-        building = runtime.lock.locked() or not runtime.complete
-        unembedded = counts["pending"] + counts["cold"]
-        return {
-            "id": workspace.id,
-            "root": str(workspace.root),
-            "search": workspace.search.as_dict(),
-            "state": "indexing" if building else "ready",
-            "files": runtime.cache.file_count(),
-            "chunks": runtime.cache.chunk_count(),
-            "embedded": counts["embedded"],
-            "pending": counts["pending"],
-            "cold": counts["cold"],
-            "warm": workspace.warm,
-            "warming": workspace.warm and unembedded > 0,
-            "skipped": runtime.cache.get_meta("skipped") or {},
-            "progress": {"files_done": runtime.progress[0], "files_total": runtime.progress[1]} if runtime.progress else None,
-            "last_sync": runtime.last_report.as_dict() if runtime.last_report else None,
-            "created_at": workspace.created_at,
-            "problem": None,
-        }
-
-    async def _problem_status(self, workspace: Workspace, state: str, problem: str) -> dict[str, Any]:
-        """The status of a workspace that cannot be searched: what the store holds, and the problem."""
-        counts = await self.counts(workspace)
-        runtime = self._runtimes.get(workspace.id)
-        return {
-            "id": workspace.id,
-            "root": str(workspace.root),
-            "search": workspace.search.as_dict(),
-            "state": state,
-            "files": runtime.cache.file_count() if runtime is not None else 0,
-            "chunks": counts["chunks"],
-            "embedded": counts["embedded"],
-            "pending": counts["pending"],
-            "cold": counts["cold"],
-            "warm": workspace.warm,
-            "warming": False,
-            "skipped": {},
-            "progress": None,
-            "last_sync": None,
-            "created_at": workspace.created_at,
-            "problem": problem,
-        }
-
-
-async def _set_pending(engine: Engine, point_ids: list[str]) -> None:
-    """Mark points pending (the sweeper's clock starts); one deleted meanwhile (a concurrent
-    revalidation) is skipped."""
-    update = {"embed_state": PENDING, "pending_since": int(time.time())}
-    try:
-        await engine.store.set_payload(COLLECTION, point_ids, update)
-    except StoreError:
-        for pid in point_ids:
-            try:
-                await engine.store.set_payload(COLLECTION, [pid], update)
-            except StoreError:
-                continue
-
-
-def workspace_filter(workspace: Workspace) -> Filter:
-    """Every point of the workspace (the tenant first: it is the collection's tenant index)."""
-    return Filter(must=(Match("tenant", workspace.tenant), Match("workspace", workspace.id)))
 
 
 def missing_message(workspace: Workspace) -> str:
@@ -408,10 +325,6 @@ def broken_message(workspace: Workspace) -> str:
     )
 
 
-def chunk_point_id(key: str) -> str:
-    return point_id(COLLECTION, key)
-
-
 def _building_notice(runtime: WorkspaceRuntime) -> str:
     if runtime.progress:
         done, total = runtime.progress
@@ -426,28 +339,21 @@ def _partial_notice(report: SyncReport) -> str:
     )
 
 
-# One Workspaces per engine; entries go when their engine is collected.
-_BY_ENGINE: dict[int, tuple[weakref.ref[Any], Workspaces]] = {}
+async def open_workspaces(engine: Engine) -> None:
+    """Open the code surface's state on ``engine`` (its ``on_open``): nothing is read until used."""
+    engine.state[SURFACE_NAME] = Workspaces(engine)
 
 
 def workspaces_of(engine: Engine) -> Workspaces:
-    entry = _BY_ENGINE.get(id(engine))
-    if entry is not None and entry[0]() is engine:
-        return entry[1]
-    workspaces = Workspaces(engine)
-    key = id(engine)
-    _BY_ENGINE[key] = (weakref.ref(engine, lambda _ref: _forget(key)), workspaces)
+    """The engine's workspaces (the code surface must have been opened on it)."""
+    workspaces: Workspaces = engine.state_of(SURFACE_NAME)
     return workspaces
 
 
-def _forget(key: int) -> None:
-    entry = _BY_ENGINE.pop(key, None)
-    if entry is not None:
-        entry[1].close()
-
-
 def close_workspaces(engine: Engine) -> None:
-    """Close the engine's open caches (the CLI calls it before closing the engine)."""
-    entry = _BY_ENGINE.pop(id(engine), None)
-    if entry is not None:
-        entry[1].close()
+    """Close the engine's open caches and matching processes (the CLI calls it before closing the
+    engine); a later use opens them again."""
+    workspaces = engine.state.get(SURFACE_NAME)
+    if isinstance(workspaces, Workspaces):
+        workspaces.close()
+        engine.state[SURFACE_NAME] = Workspaces(engine)

@@ -1,17 +1,20 @@
-"""Revalidating a workspace: walk it, re-chunk changed files, and bring the store, the trigram index
-and the chunk cache in line, writing only what changed.
+"""Writing a workspace's records: walk it, re-chunk changed files, and bring the store, the trigram
+index and the chunk cache in line, writing only what changed (one revalidation).
 
 One pass (``sync``):
 1. walk the tree (``walker.py``) and compare each file's size and mtime with the cache;
 2. deleted files: their points, trigram documents and cache rows go;
 3. new and changed files, in batches: chunk them (on the event loop, yielding between files:
    tree-sitter holds the GIL, so a thread would stall the loop anyway), then per batch
-   - store: delete the keys the files no longer have, create points for new keys (``cold``, or
-     ``pending`` and queued for embedding when the workspace is warm), update the line numbers of
-     kept keys (a chunk moved by an edit above it keeps its key and its vector);
+   - store, through the code surface's ``RecordIndex``: delete the keys the files no longer have,
+     write records for new keys (``cold``, or ``pending`` and queued for embedding when the
+     workspace is warm), update the line numbers of kept keys (a chunk moved by an edit above it
+     keeps its key and its vector);
    - trigram index: replace the files' documents, commit (in a thread: tantivy releases the GIL);
    - cache: replace the files' rows, last (see ``cache.py`` on crash safety).
 A ``deadline`` stops between batches; the rest stays "changed" for the next pass.
+
+``queue_cold`` turns a workspace's ``cold`` chunks ``pending`` and queues their embedding (warming).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import asyncio
 import logging
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,20 +32,19 @@ from service.code.cache import CachedChunk, FileState
 from service.code.chunker import chunk_file
 from service.code.model import (
     COLD,
-    COLLECTION,
     RECORD_KIND,
     SURFACE_NAME,
     chunk_key,
     chunk_terms,
     dirs_of,
     embed_text_of,
+    workspace_filter,
 )
 from service.code.roots import protected_dirs
 from service.code.trigram import TrigramIndex
 from service.code.walker import WalkedFile, WalkResult, walk
-from service.engine.analyzer import ANALYZER_VERSION
-from service.engine.records import PENDING, content_hash
-from service.engine.store import PointRecord, point_id
+from service.engine.records import PENDING, IndexRecord, content_hash
+from service.engine.store import Filter, Match, StoreError
 
 if TYPE_CHECKING:
     from service.code.cache import ChunkCache
@@ -58,6 +59,9 @@ BATCH_FILES = 200
 BATCH_CHUNKS = 4_000
 # How long chunking runs on the event loop before yielding to queued requests.
 YIELD_EVERY_S = 0.02
+
+# Cold chunks moved to pending and queued per page by ``queue_cold``.
+QUEUE_PAGE = 1_024
 
 # Called with (files done, files in all) as a revalidation goes.
 SyncProgress = Callable[[int, int], None]
@@ -208,6 +212,7 @@ class _ChangeWriter:
 
     def __init__(self, engine: Engine, runtime: IndexTarget, report: SyncReport) -> None:
         self.engine = engine
+        self.records = engine.records(SURFACE_NAME)
         self.runtime = runtime
         self.report = report
         self._trigram: TrigramIndex | None = None
@@ -221,9 +226,8 @@ class _ChangeWriter:
         removed = [key for key in old if key not in new]
         added = [c for key, c in new.items() if key not in old]
         moved = [c for key, c in new.items() if key in old and (old[key].start_line, old[key].end_line) != (c.start_line, c.end_line)]
-        store = self.engine.store
         if removed:
-            await store.delete(COLLECTION, [point_id(COLLECTION, key) for key in removed])
+            await self.records.delete(removed)
         queued = await self._write_points(added, moved)
         await self._write_trigram(paths, chunks)
         states = [FileState(f.path, f.size, f.mtime_ns) for f in files]
@@ -235,27 +239,15 @@ class _ChangeWriter:
         self.report.to_embed += queued
 
     async def _write_points(self, added: Sequence[CachedChunk], moved: Sequence[CachedChunk]) -> int:
-        """Create points for new keys (keeping any that exist: a redone batch), re-line moved ones."""
-        store = self.engine.store
+        """Write records for new keys (a redone batch rewrites any that exist, keeping their vectors),
+        re-line moved ones; returns how many were queued for embedding."""
         workspace = self.runtime.workspace
-        ids = {point_id(COLLECTION, c.key): c for c in added}
-        existing = {p.id: p.payload for p in await store.retrieve(COLLECTION, list(ids))} if ids else {}
-        state = PENDING if workspace.warm else COLD
-        fresh = [
-            PointRecord(id=pid, payload=chunk_payload(workspace.id, workspace.tenant, workspace.embed_model, c, state, workspace.search.embeddings_dimensions))
-            for pid, c in ids.items()
-            if pid not in existing
-        ]
-        if fresh:
-            await store.upsert(COLLECTION, fresh)
-        relined = [*moved, *(c for pid, c in ids.items() if pid in existing)]
-        for chunk in relined:
-            await store.set_payload(COLLECTION, [point_id(COLLECTION, chunk.key)], {"start_line": chunk.start_line, "end_line": chunk.end_line})
-        if workspace.warm and fresh:
-            items = [(str(p.payload["key"]), str(p.payload["content_hash"])) for p in fresh]
-            await enqueue_embedding(self.engine, items)
-            return len(items)
-        return 0
+        records = (chunk_record(workspace, chunk) for chunk in added)
+        # A cold workspace's chunks wait, unqueued, until a search or warming embeds them.
+        written = await self.records.write(records, embed=workspace.warm, hold_as=None if workspace.warm else COLD)
+        for chunk in moved:
+            await self.records.set_payload([chunk.key], {"start_line": chunk.start_line, "end_line": chunk.end_line})
+        return written.to_embed
 
     async def _write_trigram(self, paths: Sequence[str], chunks: Sequence[CachedChunk]) -> None:
         if self._trigram is None:
@@ -275,22 +267,12 @@ class _ChangeWriter:
             self._trigram = None
 
 
-def chunk_payload(
-    workspace_id: str, tenant: str, embed_model: str | None, chunk: CachedChunk, state: str, embed_dimensions: int | None = None
-) -> dict[str, Any]:
-    """The payload of a new chunk point: the record fields and the code surface's own.
-    ``embed_dimensions``: the workspace's ``embeddings_dimensions``, which background embedding
-    asks of the model (the same size its searches query)."""
+def chunk_record(workspace: Workspace, chunk: CachedChunk) -> IndexRecord:
+    """The record of a chunk: the record fields and the code surface's own. ``embed_dimensions``:
+    the workspace's ``embeddings_dimensions``, which background embedding asks of the model (the
+    same size its searches query)."""
     payload: dict[str, Any] = {
-        "tenant": tenant,
-        "kind": RECORD_KIND,
-        "key": chunk.key,
-        "terms": chunk_terms(chunk.text),
-        "analyzer": ANALYZER_VERSION,
-        "embed_text": embed_text_of(chunk.path, chunk.text),
-        "content_hash": chunk.content_hash,
-        "embed_state": state,
-        "workspace": workspace_id,
+        "workspace": workspace.id,
         "path": chunk.path,
         "dirs": dirs_of(chunk.path),
         "start_line": chunk.start_line,
@@ -298,29 +280,50 @@ def chunk_payload(
         "chunk_kind": chunk.kind,
         "symbol": chunk.symbol,
     }
-    if state == PENDING:
-        payload["pending_since"] = int(time.time())  # the sweeper re-enqueues it once this is old
-    if embed_model:
-        payload["embed_model"] = embed_model
-    if embed_dimensions:
-        payload["embed_dimensions"] = embed_dimensions
-    return payload
+    dimensions = workspace.search.embeddings_dimensions
+    if dimensions:
+        payload["embed_dimensions"] = dimensions
+    return IndexRecord(
+        key=chunk.key,
+        tenant=workspace.tenant,
+        kind=RECORD_KIND,
+        embed_text=embed_text_of(chunk.path, chunk.text),
+        terms=chunk_terms(chunk.text),
+        payload=payload,
+        embed_model=workspace.embed_model,
+    )
 
 
-async def enqueue_embedding(engine: Engine, items: Sequence[tuple[str, str]]) -> bool:
-    """Queue embed jobs for (key, content hash) items, each job under an id of its own.
+async def queue_cold(engine: Engine, workspace: Workspace, flt: Filter | None = None) -> int:
+    """Move the workspace's ``cold`` chunks (under ``flt``) to ``pending`` and queue their embedding."""
+    records = engine.records(SURFACE_NAME)
+    cold = (flt or workspace_filter(workspace)).and_(Match("embed_state", COLD))
+    queued = 0
+    seen: set[str] = set()
+    while True:
+        page, _ = await records.scroll(cold, limit=QUEUE_PAGE)
+        if not page or all(p.id in seen for p in page):
+            return queued  # the second case: points that refuse the update; the sweeper cannot help
+        seen.update(p.id for p in page)
+        items = [(str(p.payload["key"]), str(p.payload["content_hash"])) for p in page]
+        await _set_pending(engine, [key for key, _ in items])
+        await records.enqueue_embedding(items)
+        queued += len(items)
 
-    ``RecordIndex.enqueue_embedding`` names a job after its items, and arq drops an id whose
-    result it still keeps (an hour): a chunk edited back to a text embedded earlier (an undo),
-    or a workspace registered again after a delete, would then stay pending. Code changes
-    back and forth, so its jobs carry a nonce; the job itself skips stale items."""
-    ok = True
-    size = engine.settings.embeddings_batch_size
-    for start in range(0, len(items), size):
-        batch = [list(item) for item in items[start : start + size]]
-        job_id = f"{engine.queue.names.prefix}:embed:{SURFACE_NAME}:{uuid.uuid4().hex}"
-        ok = await engine.queue.enqueue("embed_records", COLLECTION, batch, job_id=job_id, bulk=True) is not None and ok
-    return ok
+
+async def _set_pending(engine: Engine, keys: list[str]) -> None:
+    """Mark chunks pending (the sweeper's clock starts); one deleted meanwhile (a concurrent
+    revalidation) is skipped."""
+    records = engine.records(SURFACE_NAME)
+    update = {"embed_state": PENDING, "pending_since": int(time.time())}
+    try:
+        await records.set_payload(keys, update)
+    except StoreError:
+        for key in keys:
+            try:
+                await records.set_payload([key], update)
+            except StoreError:
+                continue
 
 
 async def rebuild_trigram(runtime: IndexTarget) -> int:

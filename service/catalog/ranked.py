@@ -1,0 +1,207 @@
+"""The ranked answer: retrieval, arrangement, the rerank stage, memories and the Waiting block, as phases.
+
+``loadAndRank`` retrieves and arranges (``ranking``), ``memoryEnrichment`` finds the caller's
+memories, ``jevRerank`` reorders the pool (``rerank``), ``waitingItems`` adds the Waiting block; the
+deadline is checked before each, and cancelling the search aborts an in-flight rerank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from service.auth import GLOBAL_TENANT, Caller
+from service.catalog.answers import SearchContext, answer_of, attach_absorb_steps, fit
+from service.catalog.callshapes import export_contract
+from service.catalog.domains import DomainRow
+from service.catalog.keys import SCOPE_RANKED, SCOPE_RANKED_HIDDEN, Kind, server_of_domain
+from service.catalog.lookup import name_terms, reconnect_step
+from service.catalog.memories import find_memories
+from service.catalog.ranking import Scored, apply_identity_bonus, arrange_exports, relevant_hits, retrieve, why_matched
+from service.catalog.render import cards
+from service.catalog.rerank import Candidate, RerankResult, rerank
+from service.catalog.state import catalog_index, catalog_state
+from service.catalog.waiting import check_waiting, user_tenants, waiting_block
+from service.engine.records import tenant_filter
+from service.engine.store import Filter, Match, MatchAny
+from service.engine.surface import SearchAnswer
+
+if TYPE_CHECKING:
+    from service.engine.runtime import Engine
+
+# Most candidates the rerank stage sees: the whole relevant pool up to this bound (pools over the
+# clear-winner gate's 20 always go to the scorer); 50 is the most a search shows, so every shown hit was scored.
+RERANK_POOL_MAX = 50
+CONTRACT_TOP = 3
+PAIRED_PACKAGES = 3
+
+
+def ranked_filter(caller: Caller, domain: DomainRow | None, include_hidden: bool) -> Filter:
+    if domain is not None:
+        server = server_of_domain(domain.id)
+        if server is not None:
+            return Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.MCP_TOOL.value), Match("server", server)))
+        return Filter(must=(Match("tenant", GLOBAL_TENANT), Match("kind", Kind.CAPABILITY.value), Match("domain", domain.id)))
+    scope = MatchAny("scope", (SCOPE_RANKED, SCOPE_RANKED_HIDDEN)) if include_hidden else Match("scope", SCOPE_RANKED)
+    return tenant_filter(caller.tenants).and_(scope)
+
+
+async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None) -> SearchAnswer:
+    engine, caller = ctx.engine, ctx.caller
+    state = catalog_state(engine)
+    with ctx.deadline.phase("featureFlags"):
+        flag_on = engine.settings.rerank_enabled
+    with ctx.deadline.phase("loadAndRank"):
+        retrieval = await retrieve(engine, query, ranked_filter(caller, domain, ctx.request.include_hidden))
+        candidates = relevant_hits(retrieval.hits)
+        apply_identity_bonus(candidates, query)
+        q_terms = retrieval.query_terms.split()
+        parents = await _export_parents(engine, candidates, ctx.request.include_hidden)
+        arranged = arrange_exports(candidates, q_terms, parents)
+        if domain is None:
+            arranged = await _pair_with_servers(engine, caller, arranged, ctx.request.include_hidden)
+        pool = arranged[: max(ctx.limit, RERANK_POOL_MAX)]  # the real pool, so one over 20 reaches the gate
+    memories: list[dict[str, Any]] = []
+    if domain is None:
+        with ctx.deadline.phase("memoryEnrichment"):
+            memories = await find_memories(engine, caller, retrieval.query_terms, retrieval.vector)
+    result = await _rerank_stage(ctx, query, pool, flag_on)
+    hits = _reorder(pool, result)[: ctx.limit]
+    for hit in hits:
+        hit.why = hit.why or why_matched(q_terms, hit.payload)
+    _attach_extras(hits)
+    await attach_absorb_steps(engine, hits)
+    waiting: dict[str, Any] | None = None
+    timed_out = False
+    if domain is None:
+        with ctx.deadline.phase("waitingItems"):
+            outcome = await check_waiting(state.waiting_source, engine, caller)
+        timed_out = outcome.timed_out
+        waiting = waiting_block(outcome.items) if outcome.items else None
+    doc: dict[str, Any] = {
+        "kind": "ranked",
+        "query": query,
+        "domain": domain.id if domain else None,
+        "mode": retrieval.mode,
+        "results": cards(hits, runtime=engine.settings.runtime_name),
+        "memories": memories,
+        "notices": list(retrieval.notices),
+        "telemetry": {"jevRerank": result.telemetry},
+        "phaseTimings": {
+            "loadAndRankMs": ctx.deadline.phase_ms("loadAndRank"),
+            "memoryEnrichmentMs": ctx.deadline.phase_ms("memoryEnrichment"),
+            "jevRerankMs": round(result.duration_ms, 3),
+            "waitingItemsMs": ctx.deadline.phase_ms("waitingItems"),
+            "waitingItemsTimedOut": timed_out,
+        },
+    }
+    if result.scores:
+        for card, hit in zip(doc["results"], hits, strict=True):
+            if str(hit.payload.get("key")) in result.scores:
+                card["rerankScore"] = round(result.scores[str(hit.payload["key"])], 4)
+    if waiting:
+        doc["waiting"] = waiting
+    doc["nextStep"] = _ranked_next_step(doc["results"])
+    return answer_of(ctx, fit(ctx, doc))
+
+
+async def _rerank_stage(ctx: SearchContext, query: str, pool: Sequence[Scored], flag_on: bool) -> RerankResult:
+    """The rerank stage; its ``jevRerank`` timing tile appears only when the stage ran or attempted
+    (a gate skip is not a run), and an abandoned search still reports the attempt it cut short."""
+    ctx.deadline.check()
+    started = time.perf_counter()
+    try:
+        result = await rerank(
+            query,
+            [_candidate(hit) for hit in pool],
+            plan=ctx.caller.plan,
+            flag_on=flag_on,
+            scorer=catalog_state(ctx.engine).scorer,
+            budget_s=ctx.engine.settings.rerank_budget_s,
+        )
+    except BaseException:
+        ctx.deadline.add("jevRerank", (time.perf_counter() - started) * 1000)
+        raise
+    if not str(result.telemetry.get("outcome", "")).startswith("skipped-"):
+        ctx.deadline.add("jevRerank", result.duration_ms)
+    return result
+
+
+async def _export_parents(engine: Engine, candidates: Sequence[Scored], include_hidden: bool) -> dict[str, Mapping[str, Any]]:
+    """Package payloads of export candidates whose package did not rank by itself (visible ones only)."""
+    package, export = Kind.PACKAGE.value, Kind.EXPORT.value
+    ranked_packages = {str(c.payload.get("package_id")) for c in candidates if c.kind == package}
+    wanted = {
+        f"{c.payload['tenant']}|{package}|{c.payload['package_id']}": str(c.payload["package_id"])
+        for c in candidates
+        if c.kind == export and str(c.payload.get("package_id")) not in ranked_packages
+    }
+    if not wanted:
+        return {}
+    found = await catalog_index(engine).get_many(list(wanted))
+    return {wanted[key]: payload for key, payload in found.items() if include_hidden or not payload.get("hidden")}
+
+
+async def _pair_with_servers(engine: Engine, caller: Caller, hits: list[Scored], include_hidden: bool) -> list[Scored]:
+    """Place the caller's packages that match a connected MCP server right after that server's hit."""
+    servers = [h for h in hits if h.kind == Kind.MCP_SERVER.value]
+    if not servers:
+        return hits
+    out = list(hits)
+    for server in servers:
+        terms = name_terms(str(server.payload.get("server")))
+        if not terms:
+            continue
+        must_not = () if include_hidden else (Match("hidden", True),)
+        flt = Filter(must=(MatchAny("tenant", user_tenants(caller)), Match("kind", Kind.PACKAGE.value), MatchAny("link_terms", tuple(terms))), must_not=must_not)
+        page, _ = await catalog_index(engine).scroll(flt, limit=PAIRED_PACKAGES)
+        position = out.index(server)
+        for point in page:
+            key = point.payload.get("key")
+            existing = next((i for i, h in enumerate(out) if h.payload.get("key") == key), None)
+            if existing is not None and existing < position:
+                continue
+            paired = out.pop(existing) if existing is not None else Scored(point.payload, None, 0.0, server.score, server.why)
+            paired.extras["rankedWith"] = server.entity
+            paired.extras.setdefault("bestActions", [])
+            position = out.index(server)
+            out.insert(position + 1, paired)
+    return out
+
+
+def _candidate(hit: Scored) -> Candidate:
+    payload = hit.payload
+    text = f"{payload.get('title')}: {payload.get('summary') or ''} {str(payload.get('description') or '')[:300]}".strip()
+    identity = tuple(str(payload.get(k)).lower() for k in ("entity_id", "name_leaf", "name", "tool", "server") if payload.get(k))
+    return Candidate(ref=str(payload.get("key")), text=text, score=hit.score, identity_terms=identity)
+
+
+def _reorder(pool: Sequence[Scored], result: RerankResult) -> list[Scored]:
+    by_key = {str(h.payload.get("key")): h for h in pool}
+    return [by_key[c.ref] for c in result.candidates if c.ref in by_key]
+
+
+def _attach_extras(hits: Sequence[Scored]) -> None:
+    """Inline export contracts on high-confidence top hits; reconnect steps on integration hits."""
+    for position, hit in enumerate(hits):
+        if hit.kind == Kind.EXPORT.value and position < CONTRACT_TOP and hit.extras.get("highConfidence"):
+            hit.extras["contract"] = export_contract(hit.payload)
+        if hit.kind == Kind.INTEGRATION.value:
+            step = reconnect_step(hit.payload)
+            if step:
+                hit.extras["nextStep"] = step
+
+
+def _ranked_next_step(results: Sequence[Mapping[str, Any]]) -> str:
+    """The answer's one next step: the top hit's own step when it has one (reconnect, absorb), else how to use it."""
+    if results and results[0].get("nextStep"):
+        return str(results[0]["nextStep"])
+    if not results:
+        return "Rephrase the query as a short task, or call search({}) for the domain index and search({ domain }) to list one domain."
+    top = results[0]
+    if top.get("contract"):
+        return f"Run the inlined execute snippet of {top['entity']}, or open it with search({{ entity: \"{top['entity']}\" }})."
+    if top.get("callShape"):
+        return f"Call {top['callShape'].split('(')[0]}(params) from execute, or open search({{ entity: \"{top['entity']}\" }}) for its types."
+    return f'Open the top hit with search({{ entity: "{top["entity"]}" }}).'

@@ -1,0 +1,1 @@
+"""End-to-end paths across processes: ``agentsearch serve``, ``worker`` and ``reindex`` as a deployment runs them."""

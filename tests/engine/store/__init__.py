@@ -1,0 +1,1 @@
+"""Tests of ``service/engine/store/``: the store contract every adapter keeps."""

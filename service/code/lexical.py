@@ -22,11 +22,11 @@ from typing import Any
 
 from service.code.cache import CachedChunk
 from service.code.matchers import MatcherPool, MatchRun, default_pool
-from service.code.model import COLLECTION
 from service.code.scope import Scope
 from service.code.state import WorkspaceRuntime
 from service.engine.analyzer import analyze, query_terms
-from service.engine.store import Filter, Store
+from service.engine.records import Collection
+from service.engine.store import Filter
 
 LITERAL_CANDIDATES = 2_000
 REGEX_CANDIDATES = 20_000
@@ -99,9 +99,9 @@ class QueryText:
         return found
 
 
-async def ranked_lexical(store: Store, runtime: WorkspaceRuntime, flt: Filter, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
+async def ranked_lexical(records: Collection, runtime: WorkspaceRuntime, flt: Filter, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
     """Chunks in scope ranked lexically: literal holders first, then by BM25."""
-    hits = await store.search_text(COLLECTION, query.terms, flt, limit=depth) if query.terms else []
+    hits = await records.search_text(query.terms, flt, limit=depth) if query.terms else []
     bm25 = {str(hit.payload.get("key")): hit.score for hit in hits}
     wanted = query.term_set
     coverage = {str(hit.payload.get("key")): _coverage(wanted, str(hit.payload.get("terms", ""))) for hit in hits}

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.auth import Caller
 from service.code.lexical import ChunkHit, QueryText, ranked_lexical, regex_search, shown_line_count
-from service.code.model import workspace_filter
+from service.code.model import SURFACE_NAME, workspace_filter
 from service.code.parsing import MAX_LIMIT, Mode, SearchRequest, parse_search_body
 from service.code.pattern import regex_compile
 from service.code.ranking import adjust, fuse
@@ -243,7 +243,7 @@ async def _ranked(ctx: _Context) -> list[ResultLine]:
     if ctx.flt is not None:
         started = time.perf_counter()
         if request.mode is not Mode.SEMANTIC:
-            lexical = await ranked_lexical(ctx.engine.store, ctx.runtime, ctx.flt, ctx.scope, query, depth)
+            lexical = await ranked_lexical(ctx.engine.records(SURFACE_NAME), ctx.runtime, ctx.flt, ctx.scope, query, depth)
         ctx.timings["lexical"] = _ms(started)
         if request.mode is not Mode.LEXICAL:
             semantic = await _semantic(ctx, request.query, depth)

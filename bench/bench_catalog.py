@@ -48,7 +48,7 @@ from bench.datasets import METATOOL_QUERIES, METATOOL_TOOLS, dataset
 from service.app import create_app
 from service.auth import mint_token
 from service.catalog.keys import COLLECTION
-from service.catalog.ranking import LEXICAL_WEIGHT, PREFETCH, retrieve
+from service.catalog.ranking import LEXICAL_WEIGHT_MAX, LEXICAL_WEIGHT_MIN, PREFETCH, retrieve
 from service.engine.records import tenant_filter
 from service.engine.store import Match
 from service.settings import Settings
@@ -374,7 +374,7 @@ def report(results: list[SizeResult], quality: QualityResult | None, full: bool,
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (load average {load:.1f} at the end), Python {platform.python_version()}; {_versions()}.",
         f"Settings: embedded store (qdrant-edge, exact search), model local/all-MiniLM-L6-v2, dense and BM25 top-{PREFETCH} each, "
-        f"fusion cosine + {LEXICAL_WEIGHT} x normalized BM25, rerank off, rate limits off; latency over HTTP on loopback, "
+        f"fusion cosine + ({LEXICAL_WEIGHT_MIN} to {LEXICAL_WEIGHT_MAX} by query-term coverage) x normalized BM25, rerank off, rate limits off; latency over HTTP on loopback, "
         f"{rounds} rounds after one warm-up round; caller plan pro.",
         "",
     ]

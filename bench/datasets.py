@@ -9,6 +9,7 @@ repository root), laid out as:
     code/cosqa-dev-500.json            CoSQA: 500 dev queries with the snippet each one should find
     tools/metatool-tools.json          MetaTool: tool name -> description
     tools/metatool-queries.csv         MetaTool: single-tool queries and their gold tool
+    tools/metatool-multi-tool.json     MetaTool: multi-tool queries and their two gold tools
 
 A missing file raises ``DatasetMissing`` naming the folder it was looked for in and the variable
 that moves it, so a test or benchmark that needs it fails saying what to put where.
@@ -27,6 +28,7 @@ COSQA_CORPUS = "code/cosqa-corpus.json"
 COSQA_QUERIES = "code/cosqa-dev-500.json"
 METATOOL_TOOLS = "tools/metatool-tools.json"
 METATOOL_QUERIES = "tools/metatool-queries.csv"
+METATOOL_MULTI_TOOL = "tools/metatool-multi-tool.json"
 
 
 class DatasetMissing(FileNotFoundError):

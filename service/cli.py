@@ -1,4 +1,4 @@
-"""The ``agentsearch`` command line: serve, worker, token, and one-shot workspace index/search."""
+"""The ``agentsearch`` command line: serve, worker, token, eval, and one-shot workspace index/search."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,6 +121,57 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Score a surface's rankings against a qrels file, per mode; exit 2 on a bad file, a refused or
+    unreachable target, or when no search was answered."""
+    from service.evaluation import MODES, DataDirTarget, EvaluationError, HttpTarget, Target, evaluate, read_qrels
+
+    configure_logging("WARNING")
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+
+    async def run() -> int:
+        if not modes or not set(modes) <= set(MODES):
+            raise EvaluationError(f"--modes takes a comma-separated list of {', '.join(MODES)}; got {args.modes!r}")
+        if args.limit < 1 or args.worst < 0 or args.concurrency < 1:
+            raise EvaluationError("--limit and --concurrency must be at least 1, --worst at least 0")
+        judged = read_qrels(Path(args.qrels))
+        target: HttpTarget | DataDirTarget
+        if args.url:
+            if args.sub or args.org:
+                raise EvaluationError("--sub and --org apply to --data-dir; over --url the token says who searches")
+            token = args.token or os.environ.get("AGENTSEARCH_TOKEN")
+            if not token:
+                raise EvaluationError("--url needs a token: pass --token or set AGENTSEARCH_TOKEN (mint one with `agentsearch token --plan max`)")
+            target = HttpTarget(args.url, token, workspace=args.workspace)
+        else:
+            if args.token:
+                raise EvaluationError("--token applies to --url; with a data directory the search runs in this process as --sub")
+            settings = _settings(args)
+            if not settings.data_dir.is_dir():
+                raise EvaluationError(f"no data directory at {settings.data_dir}: pass --data-dir, or --url for a running service")
+            target = DataDirTarget(settings, sub=args.sub or "eval", org=args.org, workspace=args.workspace)
+        async with target:
+            searched: Target = target
+            report = await evaluate(searched, args.surface, judged, modes=modes, limit=args.limit, worst=args.worst, concurrency=args.concurrency)
+        print(json.dumps(report.as_json(), indent=2) if args.json else report.table())
+        if not report.answered_any:
+            first = next(iter(report.failures.values()), None)
+            print(f"agentsearch eval: no search was answered{f'; the first error: {first.first_error}' if first else ''}", file=sys.stderr)
+            return 2
+        return 0
+
+    if args.surface == "code" and not args.workspace:
+        print("agentsearch eval: --surface code needs --workspace (the workspace id; agentsearch index prints it)", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run())
+    except EvaluationError as exc:
+        print(f"agentsearch eval: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
 def _create_app(settings: Settings) -> web.Application:
     from service.app import create_app
 
@@ -167,6 +219,35 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=int, help="seconds until expiry (default and most: jwt_max_ttl_s, 30 days); every token expires")
     token.add_argument("--json", action="store_true", help="print the token and its claims as JSON")
     token.set_defaults(func=cmd_token)
+
+    evaluation = sub.add_parser(
+        "eval",
+        help="score a surface's rankings (lexical, dense, served) against a qrels file: nDCG@10, Recall@5, MRR@10, all@5",
+        description=(
+            "Search every judged query of --qrels (JSONL: {\"query\": str, \"relevant\": [id, ...]}) in each mode and "
+            "print nDCG@10, Recall@5, MRR@10 and all@5 (every relevant id in the top 5) per mode, and the worst "
+            "queries of the served ranking with what ranked above their first relevant id. Ids: catalog "
+            "'type:id' entities, actions 'template/action', code file paths. Against a running service "
+            "(--url, --token or AGENTSEARCH_TOKEN) or a data directory opened in this process (--data-dir; "
+            "the default data directory when neither is given). Exit 2 on a bad qrels line, a refused "
+            "token, an unreachable service, or when no search was answered."
+        ),
+    )
+    evaluation.add_argument("--surface", required=True, choices=["catalog", "code", "actions"])
+    evaluation.add_argument("--qrels", required=True, metavar="FILE", help="JSONL, one {\"query\", \"relevant\"} object a line")
+    where = evaluation.add_mutually_exclusive_group()
+    where.add_argument("--url", help="a running service's base URL (http://host:port)")
+    where.add_argument("--data-dir", help="a data directory no service holds, searched in this process")
+    evaluation.add_argument("--token", help="bearer token for --url (default: AGENTSEARCH_TOKEN); a max-plan token waits least on rate limits")
+    evaluation.add_argument("--workspace", metavar="ID", help="the workspace id (required for --surface code)")
+    evaluation.add_argument("--sub", help="with a data directory: the user searching (default eval; a workspace is its owner's)")
+    evaluation.add_argument("--org", help="with a data directory: the searching user's org")
+    evaluation.add_argument("--modes", default="lexical,dense,served", help="comma-separated modes to judge (default lexical,dense,served)")
+    evaluation.add_argument("--limit", type=int, default=10, help="ids asked for per search (default 10)")
+    evaluation.add_argument("--worst", type=int, default=10, help="worst queries to show (default 10)")
+    evaluation.add_argument("--concurrency", type=int, default=4, help="searches in flight at once (default 4)")
+    evaluation.add_argument("--json", action="store_true", help="print the report as JSON")
+    evaluation.set_defaults(func=cmd_eval)
 
     from service.surfaces import add_cli_commands, surfaces
 

@@ -67,6 +67,10 @@ Those any layer raises or catches are defined here; those private to one module 
                                           becomes one through ``rpc_error_of``
     service.mcp.backends.ToolError        the remote service refused a tool call or is unreachable:
                                           service.mcp.server answers a tool result with isError
+    service.evaluation.EvaluationError    a bad qrels line, a refused token or an unreachable service:
+                                          ``agentsearch eval`` prints it and exits 2
+    service.evaluation.QueryFailed        one evaluated search was refused or failed: the evaluation
+                                          counts it and its report names the first one's error
     workers.settings.ForeignJob           a job queued by another deployment, on its last try: the
                                           arq job ends failed
 """

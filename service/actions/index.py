@@ -5,14 +5,25 @@ Keyword + Jaro-Winkler scoring must cover every visible (service, action) pair, 
 by one would cost seconds; instead:
 
 - every template is tokenized once, when it is loaded or changed, into a ``TemplateBlock``
-  (action-name words, description words, service words, as ids of one append-only ``Vocabulary``);
+  (action-name words, description words, service words, the service's context words: its
+  description and categories, as ids of one append-only ``Vocabulary``);
 - the blocks are compiled into an immutable ``ActionIndex``: the catalog's actions in one order,
   plus inverted postings (word id -> actions holding it) for names and descriptions and
-  (word id -> templates) for service words. Compiling is concatenations and an argsort (~1 s for
+  (word id -> templates) for service and service-context words. Compiling is concatenations and an argsort (~1 s for
   the full catalog on 2 busy cores), done lazily after a change;
 - a query word is compared with the whole vocabulary once (rapidfuzz ``cdist``, Jaro-Winkler,
   ~1.5 ms for the catalog's 17,305 distinct words, cached), and the postings of the words it
   matched spread its best similarity to every action at once (``ActionIndex.best_over``).
+
+What the model embeds for an action (``embed_text``) is its own text first, then its service's:
+
+    <action name humanized>: <description> (<service display name>: <categories>; <service summary>)
+
+the service summary being the first sentence of the service's description, at most
+``SERVICE_SUMMARY_WORDS`` words. The whole stays within ``EMBED_MAX_WORDS`` words (~1.4 word pieces
+a word on this catalog, so within the model's 256): a long action description is cut, never the
+service part. ``EMBED_TEXT_LAYOUT`` names this layout; a template's revision carries it, so a new
+layout makes the next catalog load rewrite every action and re-embed those whose text changed.
 """
 
 from __future__ import annotations
@@ -44,6 +55,14 @@ FUZZY_MIN_CHARS = 4
 """Shorter words match exactly only: at three letters Jaro-Winkler cannot tell a typo from another word."""
 _MATCH_CACHE_SIZE = 4096
 
+EMBED_TEXT_LAYOUT = 2
+"""The layout of ``embed_text``; bump it with any change there (1: name, description, display name)."""
+EMBED_MAX_WORDS = 160
+"""The embedded text's length bound in words: within the model's 256 word pieces."""
+SERVICE_SUMMARY_WORDS = 12
+"""Words of the service description in an action's embedded text: enough to say what the service is;
+more dilutes what tells the service's actions apart."""
+
 
 def words(text: str) -> list[str]:
     """Lowercase ASCII words of ``text``, identifiers split at case changes, digits and separators."""
@@ -69,22 +88,56 @@ def service_words(*texts: str) -> list[str]:
     return [w for text in texts for w in words(text) if w not in _SERVICE_NOISE]
 
 
-def embed_text(action: ActionDef, display_name: str) -> str:
-    """What the model embeds for an action: its name, description and service. Changes only with them."""
+def content_words(items: Iterable[str]) -> set[str]:
+    """The distinct words a query could ask for: no stopwords, no stray letters (numbers stay)."""
+    return {w for w in items if w not in STOPWORDS and (len(w) > 1 or w.isdigit())}
+
+
+def context_words(template: TemplateDef) -> list[str]:
+    """Words of a service's description and categories: the context an action's own words lack."""
+    return words(" ".join((template.description, *template.categories)))
+
+
+def first_sentence(text: str, max_words: int) -> str:
+    """The first sentence of ``text``, at most ``max_words`` words, whitespace collapsed."""
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    sentence = flat[: end + 1] if end >= 0 else flat
+    return " ".join(sentence.split()[:max_words])
+
+
+def service_context(template: TemplateDef) -> str:
+    """How an action's embedded text names its service: display name, categories, the service summary."""
+    categories = ", ".join(" ".join(words(c)) for c in template.categories if words(c))
+    detail = "; ".join(part for part in (categories, first_sentence(template.description, SERVICE_SUMMARY_WORDS)) if part)
+    return f"{template.display_name}: {detail}" if detail else template.display_name
+
+
+def embed_text(action: ActionDef, template: TemplateDef) -> str:
+    """What the model embeds for an action (the layout in the module docstring). Changes only with its inputs."""
     head = humanize(action.name)
-    body = f"{head}: {action.description.strip()}" if action.description.strip() else head
-    return f"{body} ({display_name})"
+    context = service_context(template)
+    budget = EMBED_MAX_WORDS - len(head.split()) - len(context.split())
+    description = " ".join(action.description.split()[: max(0, budget)])
+    body = f"{head}: {description}" if description else head
+    return f"{body} ({context})"
 
 
-def action_terms(template: TemplateDef | str, action: ActionDef, display_name: str) -> str:
+def action_terms(template: TemplateDef, action: ActionDef) -> str:
     """The BM25 ``terms`` of an action: lowercase words joined by spaces, as the store contract wants."""
-    key = template.key if isinstance(template, TemplateDef) else template
-    return " ".join(words(action.name) + words(action.description) + service_words(key, display_name))
+    own = words(action.name) + words(action.description)
+    return " ".join(own + service_words(template.key, template.display_name) + context_words(template))
+
+
+def service_context_of(template: TemplateDef) -> tuple[str, str, tuple[str, ...], int]:
+    """What of the service its actions' texts and terms hold, in the current layout: a change means rewriting them."""
+    return (template.display_name, template.description, template.categories, EMBED_TEXT_LAYOUT)
 
 
 def template_revision(template: TemplateDef) -> str:
-    """A digest of everything a template holds: front ends compare it to find what changed."""
+    """A digest of everything a template holds, and of the embedded-text layout: front ends compare it to find what changed."""
     data = {
+        "embed_layout": EMBED_TEXT_LAYOUT,
         "display_name": template.display_name,
         "description": template.description,
         "categories": list(template.categories),
@@ -221,39 +274,59 @@ class TemplateBlock:
     key: str
     display_name: str
     description: str
+    categories: tuple[str, ...]
     auth: TemplateAuth
     revision: str
+    embed_layout: int
+    """The ``EMBED_TEXT_LAYOUT`` its stored action records were written with."""
     columns: ActionColumns
     name_norm: tuple[str, ...]
     name_tok: np.ndarray
     name_ptr: np.ndarray
     text_tok: np.ndarray
     text_ptr: np.ndarray
+    name_size: np.ndarray
+    """Per action, the distinct content words of its name (at least 1)."""
+    text_size: np.ndarray
+    """Per action, the distinct content words of its description (at least 1)."""
     service_tok: np.ndarray
+    context_tok: np.ndarray
     positions: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, template: TemplateDef, revision: str, vocab: Vocabulary, columns: ActionColumns | None = None) -> TemplateBlock:
+    def build(
+        cls, template: TemplateDef, revision: str, vocab: Vocabulary, columns: ActionColumns | None = None, embed_layout: int = EMBED_TEXT_LAYOUT
+    ) -> TemplateBlock:
         """Tokenize a template; ``columns`` (already sorted) saves converting ``template.actions``."""
         columns = columns if columns is not None else ActionColumns.of(template.actions)
         name_words = [words(name) for name in columns.names]
+        text_words = [words(d) if d else [] for d in columns.descriptions]
         name_tok, name_ptr = vocab.encode(name_words)
-        text_tok, text_ptr = vocab.encode([words(d) if d else [] for d in columns.descriptions])
+        text_tok, text_ptr = vocab.encode(text_words)
         return cls(
             key=template.key,
             display_name=template.display_name,
             description=template.description,
+            categories=template.categories,
             auth=template.auth,
             revision=revision,
+            embed_layout=embed_layout,
             columns=columns,
             name_norm=tuple(" ".join(w) or n.lower() for w, n in zip(name_words, columns.names, strict=True)),
             name_tok=name_tok,
             name_ptr=name_ptr,
             text_tok=text_tok,
             text_ptr=text_ptr,
+            name_size=np.fromiter((max(1, len(content_words(w))) for w in name_words), dtype=np.float32, count=len(name_words)),
+            text_size=np.fromiter((max(1, len(content_words(w))) for w in text_words), dtype=np.float32, count=len(text_words)),
             service_tok=vocab.ids(service_words(template.key, template.display_name)),
+            context_tok=vocab.ids(sorted(content_words(context_words(template)))),
             positions={name: i for i, name in enumerate(columns.names)},
         )
+
+    def service_context_of(self) -> tuple[str, str, tuple[str, ...], int]:
+        """What of the service its stored actions' texts hold, and in which layout (see ``service_context_of``)."""
+        return (self.display_name, self.description, self.categories, self.embed_layout)
 
     def __len__(self) -> int:
         return len(self.columns)
@@ -295,10 +368,16 @@ class ActionIndex:
         self.risk_code = np.array([r for b in self.blocks for r in b.columns.risks], dtype=np.int8)
         self.names = self._invert_actions([(b.name_tok, b.name_ptr) for b in self.blocks])
         self.texts = self._invert_actions([(b.text_tok, b.text_ptr) for b in self.blocks])
-        service_counts = np.array([len(b.service_tok) for b in self.blocks], dtype=np.int64)
-        service_tok = np.concatenate([b.service_tok for b in self.blocks]) if self.blocks else np.zeros(0, np.int32)
-        service_owner = np.repeat(np.arange(len(self.blocks), dtype=np.int32), service_counts)
-        self.services = Postings.invert(service_tok, service_owner, self.vocab_size)
+        self.name_size = np.concatenate([b.name_size for b in self.blocks]) if self.blocks else np.zeros(0, np.float32)
+        self.text_size = np.concatenate([b.text_size for b in self.blocks]) if self.blocks else np.zeros(0, np.float32)
+        self.services = self._invert_templates([b.service_tok for b in self.blocks])
+        self.contexts = self._invert_templates([b.context_tok for b in self.blocks])
+
+    def _invert_templates(self, tokens: list[np.ndarray]) -> Postings:
+        counts = np.array([len(t) for t in tokens], dtype=np.int64)
+        flat = np.concatenate(tokens) if tokens else np.zeros(0, np.int32)
+        owners = np.repeat(np.arange(len(tokens), dtype=np.int32), counts)
+        return Postings.invert(flat, owners, self.vocab_size)
 
     def _invert_actions(self, parts: list[tuple[np.ndarray, np.ndarray]]) -> Postings:
         if not parts:

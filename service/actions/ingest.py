@@ -4,7 +4,10 @@ Templates: each action is a record of the ``actions`` collection (key ``template
 ``global``), written through ``RecordIndex`` so it is searchable at once and embedded in the
 background. A template write diffs against the catalog as stored: only new or changed actions are
 written (and only those whose embed text changed are re-embedded), actions gone from the template
-are deleted, and the template's meta point is written last, marking the template complete.
+are deleted, and the template's meta point is written last, marking the template complete. An
+action's text holds its service's display name, description and categories, so a change to those,
+or a new ``EMBED_TEXT_LAYOUT``, rewrites all of the template's actions (re-embedding, again, only
+the texts that changed).
 
 Instances: one meta point each, under the owner's tenant (``global``, ``org:<id>``,
 ``team:<org>/<team>``, ``user:<sub>``), keyed by tenant and name, so a re-PUT replaces it.
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from service.actions.index import action_terms, embed_text, template_revision
+from service.actions.index import action_terms, embed_text, service_context_of, template_revision
 from service.actions.model import (
     ACTION_KIND,
     INSTANCE_KIND,
@@ -75,8 +78,8 @@ def action_record(template: TemplateDef, action: ActionDef) -> IndexRecord:
         key=action_key(template.key, action.name),
         tenant=GLOBAL_TENANT,
         kind=ACTION_KIND,
-        embed_text=embed_text(action, template.display_name),
-        terms=action_terms(template, action, template.display_name),
+        embed_text=embed_text(action, template),
+        terms=action_terms(template, action),
         payload=payload,
     )
 
@@ -95,7 +98,8 @@ async def write_templates(engine: Engine, templates: Sequence[TemplateDef]) -> T
         templates = [t for t in templates if t.key not in catalog.blocks or catalog.blocks[t.key].revision != template_revision(t)]
         for template in templates:
             old = catalog.blocks.get(template.key)
-            same_service = old is not None and old.display_name == template.display_name
+            # Every action's text holds its service's context: when that (or the text layout) changed, all are rewritten.
+            same_service = old is not None and old.service_context_of() == service_context_of(template)
             for action in template.actions:
                 if not same_service or old is None or old.action(action.name) != action:
                     changed.append(action_record(template, action))

@@ -58,6 +58,14 @@ class AuthType(StrEnum):
     API_KEY = "api_key"
 
 
+class RankingMode(StrEnum):
+    """Which evidence ranks a search: the served blend, or one channel alone (what an evaluation compares it with)."""
+
+    SERVED = "served"
+    LEXICAL = "lexical"
+    DENSE = "dense"
+
+
 @dataclass(frozen=True)
 class ActionDef:
     """One action of a template, as an OpenAPI operation."""
@@ -124,6 +132,7 @@ class SearchRequest:
     include_catalog: bool = False
     exclude: tuple[str, ...] = ()
     limit: int = DEFAULT_LIMIT
+    ranking: RankingMode = RankingMode.SERVED
     # What parsing changed in the request (a query cut to its prefix, a limit clamped): shown first in notices.
     notices: tuple[str, ...] = ()
 

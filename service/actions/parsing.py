@@ -21,6 +21,7 @@ from service.actions.model import (
     AuthType,
     InstanceAuth,
     InstanceDef,
+    RankingMode,
     Risk,
     SearchRequest,
     TemplateAuth,
@@ -289,11 +290,22 @@ def parse_search_body(data: Any) -> SearchRequest:
     include_catalog = fields.bool("include_catalog", default=False)
     exclude = parse_exclude(fields.raw("exclude"))
     limit, limit_notice = fields.clamped_int("limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
-    fields.reject_unknown({"query", "include_catalog", "exclude", "limit"})
+    ranking = _ranking_mode(fields.str("ranking", max_length=200))
+    fields.reject_unknown({"query", "include_catalog", "exclude", "limit", "ranking"})
     if not query.strip():
         limit_notice = None  # browse mode lists every instance: no limit applies to clamp
     notices = tuple(n for n in (query_notice, limit_notice) if n)
-    return SearchRequest(query=query, include_catalog=include_catalog, exclude=exclude, limit=limit, notices=notices)
+    return SearchRequest(query=query, include_catalog=include_catalog, exclude=exclude, limit=limit, ranking=ranking, notices=notices)
+
+
+def _ranking_mode(value: str | None) -> RankingMode:
+    if value is None:
+        return RankingMode.SERVED
+    try:
+        return RankingMode(value)
+    except ValueError:
+        allowed = ", ".join(mode.value for mode in RankingMode)
+        raise ValidationError(f"ranking must be one of {allowed} (served is the default); got {value!r}") from None
 
 
 def parse_exclude(value: Any) -> tuple[str, ...]:

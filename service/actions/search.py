@@ -25,7 +25,8 @@ async def parse(engine: Engine, caller: Caller, body: Any, target: str | None) -
 
 
 async def search(engine: Engine, caller: Caller, request: SearchRequest, deadline: Deadline) -> SearchAnswer:
-    """The action-search answer: ``{query, results}`` plus ``notices`` and ``meta`` (mode, candidates, signals)."""
+    """The action-search answer: ``{query, results}`` plus ``notices`` and ``meta`` (mode, candidates, signals,
+    and for a search the ranking mode and the served blend's weights)."""
     with deadline.phase("catalog"):
         index = await catalog_for(engine).current()
     with deadline.phase("instances"):
@@ -37,14 +38,17 @@ async def search(engine: Engine, caller: Caller, request: SearchRequest, deadlin
         body = {"query": request.query, "results": rows, "notices": list(request.notices), "meta": {"mode": "browse", "candidates": len(units)}}
         return SearchAnswer(body=body)
     deadline.check()
-    ranking = await rank(engine, index, units, request.query, request.limit)
+    ranking = await rank(engine, index, units, request.query, request.limit, mode=request.ranking)
     for phase, duration_ms in ranking.timings_ms.items():
         deadline.add(phase, duration_ms)
+    meta: dict[str, Any] = {"mode": "search", "candidates": ranking.candidates, "signals": list(ranking.signals), "ranking": request.ranking.value}
+    if ranking.weights is not None:
+        meta["weights"] = ranking.weights.as_dict()
     body = {
         "query": request.query,
         "results": [search_row(ranked, index, request.include_catalog) for ranked in ranking.rows],
         "notices": [*request.notices, *ranking.notices],
-        "meta": {"mode": "search", "candidates": ranking.candidates, "signals": list(ranking.signals)},
+        "meta": meta,
     }
     return SearchAnswer(body=body)
 

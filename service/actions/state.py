@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from service.actions.index import ActionColumns, ActionIndex, TemplateBlock, Vocabulary, template_revision
+from service.actions.index import (
+    EMBED_TEXT_LAYOUT,
+    ActionColumns,
+    ActionIndex,
+    TemplateBlock,
+    Vocabulary,
+    template_revision,
+)
 from service.actions.model import (
     META_COLLECTION,
     SURFACE_NAME,
@@ -152,7 +159,9 @@ class ActionCatalog:
                 continue
             action_columns = ActionColumns.from_payload(stored["actions"])
             template = _template_from_meta(key, metas[key])
-            self.blocks[key] = TemplateBlock.build(template, str(metas[key]["revision"]), self.vocab, action_columns)
+            # Records written before layouts were recorded have the first one.
+            layout = int(metas[key].get("embed_layout") or 1)
+            self.blocks[key] = TemplateBlock.build(template, str(metas[key]["revision"]), self.vocab, action_columns, embed_layout=layout)
             built += len(action_columns)
             if built >= _YIELD_EVERY_ACTIONS:
                 built = 0
@@ -224,6 +233,7 @@ def _meta_payload(template: TemplateDef, revision: str) -> dict[str, Any]:
         "categories": list(template.categories),
         "auth_type": template.auth.type.value,
         "revision": revision,
+        "embed_layout": EMBED_TEXT_LAYOUT,
         "action_count": len(template.actions),
     }
     if template.auth.provider:

@@ -223,5 +223,7 @@ class SearchRequest:
     max_response_size: int | None
     include_hidden: bool
     cursor: ListingCursor | None = None
+    # Which evidence ranks the hits: the served ranking, or one channel alone ("lexical", "dense") for evaluation.
+    ranking: str = "served"
     # What the request's inputs changed (a query cut to its prefix, a limit clamped): every answer shows them.
     notices: tuple[str, ...] = ()

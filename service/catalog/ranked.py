@@ -18,7 +18,16 @@ from service.catalog.domains import DomainRow
 from service.catalog.keys import SCOPE_RANKED, SCOPE_RANKED_HIDDEN, Kind, server_of_domain
 from service.catalog.lookup import name_terms, reconnect_step
 from service.catalog.memories import find_memories
-from service.catalog.ranking import Scored, apply_identity_bonus, arrange_exports, relevant_hits, retrieve, why_matched
+from service.catalog.ranking import (
+    Scored,
+    apply_identity_bonus,
+    arrange_exports,
+    evidence,
+    relevant_hits,
+    retrieve,
+    score_from,
+    why_matched,
+)
 from service.catalog.render import cards
 from service.catalog.rerank import Candidate, RerankResult, rerank
 from service.catalog.state import catalog_index, catalog_state
@@ -52,6 +61,8 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
     state = catalog_state(engine)
     with ctx.deadline.phase("featureFlags"):
         flag_on = engine.settings.rerank_enabled
+    if ctx.request.ranking != "served":
+        return await channel_answer(ctx, query, domain)
     with ctx.deadline.phase("loadAndRank"):
         retrieval = await retrieve(engine, query, ranked_filter(caller, domain, ctx.request.include_hidden))
         candidates = relevant_hits(retrieval.hits)
@@ -69,7 +80,8 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
     result = await _rerank_stage(ctx, query, pool, flag_on)
     hits = _reorder(pool, result)[: ctx.limit]
     for hit in hits:
-        hit.why = hit.why or why_matched(q_terms, hit.payload)
+        hit.why = (hit.why or why_matched(q_terms, hit.payload)) + evidence(hit)
+        hit.extras["scoreFrom"] = score_from(hit)
     _attach_extras(hits)
     await attach_absorb_steps(engine, hits)
     waiting: dict[str, Any] | None = None
@@ -87,6 +99,7 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
         "results": cards(hits, runtime=engine.settings.runtime_name),
         "memories": memories,
         "notices": list(retrieval.notices),
+        **({"intents": retrieval.intents} if len(retrieval.intents) > 1 else {}),
         "telemetry": {"jevRerank": result.telemetry},
         "phaseTimings": {
             "loadAndRankMs": ctx.deadline.phase_ms("loadAndRank"),
@@ -102,6 +115,29 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
                 card["rerankScore"] = round(result.scores[str(hit.payload["key"])], 4)
     if waiting:
         doc["waiting"] = waiting
+    doc["nextStep"] = _ranked_next_step(doc["results"])
+    return answer_of(ctx, fit(ctx, doc))
+
+
+async def channel_answer(ctx: SearchContext, query: str, domain: DomainRow | None) -> SearchAnswer:
+    """One evidence channel alone (``ranking``: ``lexical`` is BM25, ``dense`` the model's cosine), in its own
+    order, with nothing of the served ranking on top: what an evaluation measures the served ranking against."""
+    with ctx.deadline.phase("loadAndRank"):
+        retrieval = await retrieve(ctx.engine, query, ranked_filter(ctx.caller, domain, ctx.request.include_hidden), mode=ctx.request.ranking)
+    hits = retrieval.hits[: ctx.limit]
+    q_terms = retrieval.query_terms.split()
+    for hit in hits:
+        hit.why = why_matched(q_terms, hit.payload)
+    doc: dict[str, Any] = {
+        "kind": "ranked",
+        "query": query,
+        "domain": domain.id if domain else None,
+        "mode": retrieval.mode,
+        "ranking": ctx.request.ranking,
+        "results": cards(hits, runtime=ctx.engine.settings.runtime_name),
+        "notices": list(retrieval.notices),
+        "phaseTimings": {"loadAndRankMs": ctx.deadline.phase_ms("loadAndRank")},
+    }
     doc["nextStep"] = _ranked_next_step(doc["results"])
     return answer_of(ctx, fit(ctx, doc))
 

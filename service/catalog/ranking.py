@@ -18,15 +18,21 @@ unscoped results (they are only searched with a domain scope).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from service.catalog.hierarchy import apply_parent_evidence
 from service.catalog.keys import Kind
 from service.catalog.state import catalog_index
-from service.engine.search import dense_and_text
+from service.engine.analyzer import spoken
+from service.engine.intents import split_intents, task_terms
+from service.engine.search import dense_and_text, embed_queries_or_notice
 from service.engine.store import Filter, Hit
 
 if TYPE_CHECKING:
@@ -34,7 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LEXICAL_WEIGHT = 0.1
+# BM25's weight in the blend, by how much of the query the best lexical hits hold (``lexical_weight``).
+LEXICAL_WEIGHT_MIN = 0.05
+LEXICAL_WEIGHT_MAX = 0.3
 PREFETCH = 50
 # Cosine under which MiniLM pairs are unrelated text; such hits count only with a lexical match.
 DENSE_FLOOR = 0.25
@@ -51,6 +59,11 @@ CONTRACT_COSINE = 0.65
 MAX_EXPORT_HITS_PER_PACKAGE = 2
 MAX_BEST_ACTIONS = 2
 
+# Lexical hits whose query-term coverage sets the blend's lexical weight.
+COVERAGE_HITS = 3
+# Hits within this of an intent's best are said to answer it (``whyMatched``).
+INTENT_MARGIN = 0.05
+INTENT_SHOWN = 80
 MODES = ("hybrid", "lexical", "dense")
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 
@@ -88,11 +101,31 @@ class Retrieval:
     notices: list[str]
     vector: list[float] | None
     query_terms: str
+    intents: list[str] = field(default_factory=list)
 
 
 def why_matched(q_terms: Sequence[str], payload: Mapping[str, Any]) -> tuple[str, ...]:
     doc_terms = set(str(payload.get("terms", "")).split())
     return tuple(term for term in q_terms if term in doc_terms)
+
+
+def evidence(hit: Scored) -> tuple[str, ...]:
+    """What beyond its own words placed a hit: the request's intents it answers, and its parent's match."""
+    lines = [f"intent: {text[:INTENT_SHOWN]}" for text in dict.fromkeys(hit.extras.get("intents") or ())]
+    parent = hit.extras.get("parent")
+    if parent:
+        lines.append(f"parent {parent['entity']} matches the query ({parent['cosine']:.2f})")
+    return tuple(lines)
+
+
+def score_from(hit: Scored) -> dict[str, Any]:
+    """The parts of a ranked hit's score (the card's ``scoreFrom``)."""
+    out: dict[str, Any] = {"cosine": None if hit.dense is None else round(hit.dense, 4), "lexical": round(hit.lexical, 4)}
+    if hit.extras.get("parent"):
+        out["parent"] = hit.extras["parent"]
+    if hit.extras.get("intents"):
+        out["intents"] = list(dict.fromkeys(hit.extras["intents"]))
+    return out
 
 
 async def retrieve(
@@ -104,40 +137,112 @@ async def retrieve(
     prefetch: int = PREFETCH,
     vector: list[float] | None = None,
 ) -> Retrieval:
-    """Dense and BM25 candidates under ``flt``, fused; ``mode`` restricts the channels (bench, fallback)."""
-    found = await dense_and_text(
-        catalog_index(engine),
-        query,
+    """Dense and BM25 candidates under ``flt``, fused; ``mode`` restricts the channels (bench, fallback).
+
+    In hybrid mode a request of several intents (``split_intents``) is retrieved for the whole and for
+    each intent, the vectors embedded in one batch, and the lists combined (``combine_intents``)."""
+    index = catalog_index(engine)
+    embedder = engine.embedders.default
+    intents = split_intents(query) if mode == "hybrid" and vector is None else [query]
+    if len(intents) > 1:
+        notices: list[str] = []
+        intent_vectors = await embed_queries_or_notice(embedder, [spoken(intent) for intent in intents], notices)
+        if intent_vectors is not None:
+            # The whole request's vector is the mean of its intents' (its own would cost one more, long encode).
+            vectors = [mean_vector(intent_vectors), *intent_vectors]
+            texts = [query, *intents]
+            found = await asyncio.gather(
+                *(dense_and_text(index, text, flt, embedder=embedder, limit=prefetch, vector=v, terms=task_terms(text)) for text, v in zip(texts, vectors, strict=True))
+            )
+            if all(f.vector is not None for f in found):
+                lists = [relevant_hits(fuse(f.dense, f.text, f.query_terms.split())) for f in found]
+                if embedder is not None:
+                    lists = list(await asyncio.gather(*(apply_parent_evidence(index, embedder, v, hits) for v, hits in zip(vectors, lists, strict=True))))
+                hits = combine_intents(lists[0], list(zip(intents, lists[1:], strict=True)))
+                return Retrieval(hits, mode, [*notices, *found[0].notices], found[0].vector, found[0].query_terms, intents)
+    found_one = await dense_and_text(
+        index,
+        spoken(query),  # names read as words, as the records' names are embedded
         flt,
-        embedder=engine.embedders.default,
+        embedder=embedder,
         dense=mode in ("hybrid", "dense"),
         text=mode in ("hybrid", "lexical"),
         limit=prefetch,
         vector=vector,
+        terms=task_terms(query),
     )
-    used = mode if found.vector is not None or mode == "lexical" else "lexical"
-    return Retrieval(fuse(found.dense, found.text), used, found.notices, found.vector, found.query_terms)
+    used = mode if found_one.vector is not None or mode == "lexical" else "lexical"
+    fused = fuse(found_one.dense, found_one.text, found_one.query_terms.split())
+    if used == "hybrid" and found_one.vector is not None and embedder is not None:
+        fused = await apply_parent_evidence(index, embedder, found_one.vector, fused)
+    return Retrieval(fused, used, found_one.notices, found_one.vector, found_one.query_terms)
 
 
-def fuse(dense_hits: Sequence[Hit], text_hits: Sequence[Hit]) -> list[Scored]:
-    """Blend cosine and normalized BM25 (see module doc). ``why`` is filled later, for shown hits only."""
+def mean_vector(vectors: Sequence[Sequence[float]]) -> list[float]:
+    """The unit-length mean of unit vectors."""
+    total = np.sum(np.asarray(vectors, dtype=np.float32), axis=0)
+    norm = float(np.linalg.norm(total)) or 1.0
+    return [float(x) for x in total / norm]
+
+
+def combine_intents(whole: list[Scored], intents: Sequence[tuple[str, list[Scored]]]) -> list[Scored]:
+    """One list from the whole request's hits and each intent's: every intent's best hits reach the top.
+
+    Each intent's scores are shifted so its best hit scores what the whole request's best does, and a
+    candidate keeps its highest score over the lists (the whole's included); so the top of the
+    combined list holds each intent's best answer, in the order of how strongly each was matched,
+    instead of only the strongest intent's. ``extras["intents"]`` names the intents a hit answers.
+    """
+    top = whole[0].score if whole else max((h[0].score for _, h in intents if h), default=0.0)
+    best: dict[str, Scored] = {}
+    for hit in whole:
+        best[str(hit.payload.get("key"))] = hit
+    for text, hits in intents:
+        if not hits:
+            continue
+        shift = top - hits[0].score
+        for hit in hits:
+            key = str(hit.payload.get("key"))
+            shifted = hit.score + shift
+            current = best.get(key)
+            if current is None or shifted > current.score:
+                replacement = Scored(hit.payload, hit.dense, hit.lexical, shifted, hit.why, {**(current.extras if current else {}), **hit.extras})
+                best[key] = replacement
+                current = replacement
+            if hit.score >= hits[0].score - INTENT_MARGIN:
+                current.extras.setdefault("intents", []).append(text)
+    combined = sorted(best.values(), key=lambda s: -s.score)
+    return combined
+
+
+def fuse(dense_hits: Sequence[Hit], text_hits: Sequence[Hit], q_terms: Sequence[str] = ()) -> list[Scored]:
+    """Blend cosine and normalized BM25 with the query's lexical weight (see module doc). ``why`` is
+    filled later, for shown hits only."""
     dense = {h.id: h for h in dense_hits}
     lexical = {h.id: h for h in text_hits}
     top_bm25 = max((h.score for h in text_hits), default=0.0) or 1.0
     dense_floor = min((h.score for h in dense_hits), default=0.0)
+    weight = lexical_weight(dense_hits, text_hits, q_terms)
     scored: list[Scored] = []
     for point_id in dict.fromkeys([*dense, *lexical]):
         hit = dense.get(point_id) or lexical[point_id]
         cosine = dense[point_id].score if point_id in dense else None
         bm25 = lexical[point_id].score / top_bm25 if point_id in lexical else 0.0
-        score = blend(cosine if cosine is not None else dense_floor, bm25) if dense_hits else bm25
+        score = (cosine if cosine is not None else dense_floor) + weight * bm25 if dense_hits else bm25
         scored.append(Scored(hit.payload, cosine, bm25, score))
     scored.sort(key=lambda s: -s.score)
     return scored
 
 
-def blend(cosine: float, bm25_normalized: float) -> float:
-    return cosine + LEXICAL_WEIGHT * bm25_normalized
+def lexical_weight(dense_hits: Sequence[Hit], text_hits: Sequence[Hit], q_terms: Sequence[str]) -> float:
+    """How much BM25 may move the model's order for this query: the share of the query's terms the
+    best lexical hit holds (a hit that explains the whole query is strong evidence; one rare word
+    matched out of ten is not)."""
+    if not text_hits or not q_terms:
+        return LEXICAL_WEIGHT_MIN
+    wanted = set(q_terms)
+    coverage = max(len(wanted & set(str(h.payload.get("terms", "")).split())) / len(wanted) for h in text_hits[:COVERAGE_HITS])
+    return LEXICAL_WEIGHT_MIN + (LEXICAL_WEIGHT_MAX - LEXICAL_WEIGHT_MIN) * coverage
 
 
 def relevant_hits(candidates: Sequence[Scored]) -> list[Scored]:
@@ -148,7 +253,13 @@ def relevant_hits(candidates: Sequence[Scored]) -> list[Scored]:
     """
     best = max((c.dense for c in candidates if c.dense is not None), default=0.0)
     floor = max(DENSE_FLOOR, best - DENSE_MARGIN)
-    return [c for c in candidates if c.lexical > 0 or (c.dense is not None and c.dense >= floor)]
+    kept = []
+    for c in candidates:
+        # A hit an intent found keeps the floor of that intent's own list (its best cosine, not the request's).
+        own_floor = c.extras.setdefault("denseFloor", floor)
+        if c.lexical > 0 or (c.dense is not None and c.dense >= own_floor):
+            kept.append(c)
+    return kept
 
 
 def _squash(name: str) -> str:

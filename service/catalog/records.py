@@ -28,7 +28,7 @@ from service.catalog.model import (
     entity_type_of,
 )
 from service.catalog.parsing import parse_timestamp
-from service.engine.analyzer import analyze, terms_text
+from service.engine.analyzer import analyze, spoken, terms_text
 from service.engine.records import IndexRecord
 
 # What the model reads: MiniLM sees ~256 word pieces, so longer text only costs time.
@@ -36,7 +36,37 @@ EMBED_CHARS = 1500
 # Lexical terms of long bodies (guides, READMEs): enough to find them, bounded for BM25 and payload size.
 TERMS_CHARS = 30_000
 MAX_LINK_TERMS = 400
+# Context a member's text carries from its parent (an MCP server's or a package's description), in
+# words: enough to say what the parent is, after the member's own words (the model reads the first
+# 256 word pieces; the most telling parts go first).
+CONTEXT_WORDS = 24
+MAX_PARAMETERS = 12
+PARAMETER_WORDS = 10
+_FIELD = re.compile(r"([A-Za-z_$][\w$]*)\??\s*:")
 _CALLABLE = re.compile(r"(?:function\s+|const\s+|export\s+)*([A-Za-z_$][\w$]*)\s*(?:=\s*(?:async\s*)?)?\(")
+
+
+def _words(text: str, limit: int) -> str:
+    """The first ``limit`` words of ``text``."""
+    return " ".join(text.split()[:limit])
+
+
+def _parameters(input_type: str) -> str:
+    """A TypeScript-ish input type's field names as words: ``{ userId: string; note?: string }`` -> "Parameters: user id, note"."""
+    names = [spoken(name) for name in _FIELD.findall(input_type or "")][:MAX_PARAMETERS]
+    return f"Parameters: {', '.join(names)}" if names else ""
+
+
+def _schema_parameters(schema: dict[str, Any]) -> str:
+    """A JSON Schema's top-level properties as "Parameters: name (description), ..."."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return ""
+    parts = []
+    for name, spec in list(properties.items())[:MAX_PARAMETERS]:
+        described = spec.get("description") if isinstance(spec, dict) else None
+        parts.append(f"{spoken(str(name))} ({_words(str(described), PARAMETER_WORDS)})" if described else spoken(str(name)))
+    return f"Parameters: {', '.join(parts)}" if parts else ""
 
 
 def _embed(*parts: str) -> str:
@@ -67,8 +97,9 @@ def capability_records(cap: Capability) -> list[IndexRecord]:
         "tags": list(cap.tags),
         "ranked": True,
     }
-    embed = _embed(f"{cap.title}: {cap.summary}", cap.description)
-    terms = terms_text(cap.id, cap.title, cap.summary, cap.description, " ".join(cap.tags))
+    embed = _embed(f"{spoken(cap.title)}: {cap.summary}", cap.description, _parameters(cap.input_type))
+    # Its name counts twice (id and title), its domain and parameter names once, like its words.
+    terms = terms_text(cap.id, cap.title, cap.summary, cap.description, " ".join(cap.tags), cap.domain, _parameters(cap.input_type))
     return [_record(GLOBAL_TENANT, Kind.CAPABILITY, cap.id, embed=embed, terms=terms, payload=payload)]
 
 
@@ -200,7 +231,8 @@ def export_record(pkg: Package, export: Export, tenant: str) -> IndexRecord:
         "hidden": pkg.hidden,
         "ranked": True,
     }
-    embed = _embed(f"{export.subpath} ({', '.join(names)}): {export.purpose}", f"package {pkg.name_leaf}")
+    # The package's summary is context for the model only; in the terms every export would match it.
+    embed = _embed(f"{export.subpath} ({', '.join(names)}): {export.purpose}", f"package {pkg.name_leaf}: {_words(pkg.summary, CONTEXT_WORDS)}")
     terms = terms_text(export.subpath, " ".join(names), export.purpose, export.signature, " ".join(f.purpose for f in export.functions))
     return _record(tenant, Kind.EXPORT, f"{pkg.id}#{export.subpath}", embed=embed, terms=terms, payload=payload)
 
@@ -272,8 +304,12 @@ def mcp_server_records(server: McpServer, tenant: str) -> list[IndexRecord]:
             "output_schema": tool.output_schema,
             "order": position,
         }
-        tool_embed = _embed(f"{tool.name}: {tool.description}", f"MCP server {server.id}")
-        tool_terms = terms_text(tool.name, tool.description, server.id)
+        parameters = _schema_parameters(tool.input_schema)
+        tool_embed = _embed(f"{spoken(tool.name)}: {tool.description}", parameters, f"{server.id} MCP server: {_words(server.description, CONTEXT_WORDS)}")
+        # The tool's name counts twice, then its description, parameters and server name. The server's
+        # description stays out: every tool would match its words, and a server-scoped search could
+        # no longer tell its tools apart; it reaches the ranking through the server's own record.
+        tool_terms = terms_text(tool.name, tool.name, tool.description, parameters, server.id)
         records.append(_record(tenant, Kind.MCP_TOOL, f"{server.id}:{tool.name}", embed=tool_embed, terms=tool_terms, payload=tool_payload))
     return records
 

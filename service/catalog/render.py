@@ -63,6 +63,8 @@ def card(hit: Scored, *, with_call_shape: bool, runtime: str) -> dict[str, Any]:
         out["contract"] = hit.extras["contract"]
     if hit.extras.get("nextStep"):
         out["nextStep"] = hit.extras["nextStep"]
+    if hit.extras.get("scoreFrom"):
+        out["scoreFrom"] = hit.extras["scoreFrom"]
     if hit.extras.get("rankedWith"):
         out["rankedWith"] = hit.extras["rankedWith"]
     if hit.extras.get("exact"):

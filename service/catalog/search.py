@@ -43,6 +43,8 @@ MIN_RESPONSE_SIZE = 500
 MAX_RESPONSE_SIZE = 200_000
 # A longer query is searched by its first MAX_QUERY characters, cut at a word boundary, with a notice.
 MAX_QUERY = 2_000
+# The served ranking, or one channel alone: what an evaluation compares the served ranking with.
+RANKINGS = ("served", "lexical", "dense")
 DEADLINE_STEP = "Retry once, then shorten the query or pass `domain`."
 
 
@@ -61,7 +63,10 @@ def parse_body(body: Any) -> SearchRequest:
     max_size = fields.int("maxResponseSize", minimum=MIN_RESPONSE_SIZE, maximum=MAX_RESPONSE_SIZE)
     include_hidden = fields.bool("includeHiddenPackages")
     raw_cursor = fields.str("cursor", max_length=4_000)
+    ranking = fields.str("ranking", max_length=20) or "served"
     fields.reject_unknown()
+    if ranking not in RANKINGS:
+        raise ValidationError(f"ranking must be one of {', '.join(RANKINGS)} (served is the default); got {ranking!r}")
     if domain is not None and not domain.strip():
         raise ValidationError("domain must not be empty; omit it to search every domain")
     entity = None
@@ -75,7 +80,7 @@ def parse_body(body: Any) -> SearchRequest:
             raise ValidationError("cursor pages a domain listing: pass it with the same domain, as the listing's nextCursor gave it")
         cursor = ListingCursor.decode(raw_cursor, domain.strip())
     notices = tuple(n for n in (query_notice, limit_notice) if n)
-    return SearchRequest(query, domain.strip() if domain else None, entity, limit, max_size, include_hidden, cursor, notices)
+    return SearchRequest(query, domain.strip() if domain else None, entity, limit, max_size, include_hidden, cursor, ranking, notices)
 
 
 def _bounded_query(query: str | None) -> tuple[str | None, str | None]:
@@ -104,10 +109,11 @@ async def search(engine: Engine, caller: Caller, request: SearchRequest, deadlin
         with deadline.phase("rowAndRegistryLoad"):
             rows = await domain_index(engine, caller)
         return domain_index_answer(ctx, query, rows)
-    with deadline.phase("identityResolution"):
-        exact = await exact_package_answer(ctx, query)
-    if exact is not None:
-        return exact
+    if request.ranking == "served":
+        with deadline.phase("identityResolution"):
+            exact = await exact_package_answer(ctx, query)
+        if exact is not None:
+            return exact
     return await ranked_answer(ctx, query, None)
 
 

@@ -30,14 +30,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from service.code.cache import CachedChunk, FileState
 from service.code.chunker import chunk_file
+from service.code.context import chunk_terms, embed_text_of
 from service.code.model import (
     COLD,
     RECORD_KIND,
     SURFACE_NAME,
     chunk_key,
-    chunk_terms,
     dirs_of,
-    embed_text_of,
     workspace_filter,
 )
 from service.code.roots import protected_dirs
@@ -197,7 +196,7 @@ async def _chunk_files(
             seen = occurrences.get(chunk.content_hash, 0)
             occurrences[chunk.content_hash] = seen + 1
             key = chunk_key(workspace.id, walked.path, chunk.content_hash, seen)
-            record_hash = content_hash(embed_text_of(walked.path, chunk.text), workspace.embed_model)
+            record_hash = content_hash(embed_text_of(walked.path, chunk.symbol, chunk.text), workspace.embed_model)
             chunks.append(
                 CachedChunk(key, walked.path, chunk.start_line, chunk.end_line, chunk.kind.value, chunk.symbol, chunk.content_hash, record_hash, chunk.text)
             )
@@ -287,8 +286,8 @@ def chunk_record(workspace: Workspace, chunk: CachedChunk) -> IndexRecord:
         key=chunk.key,
         tenant=workspace.tenant,
         kind=RECORD_KIND,
-        embed_text=embed_text_of(chunk.path, chunk.text),
-        terms=chunk_terms(chunk.text),
+        embed_text=embed_text_of(chunk.path, chunk.symbol, chunk.text),
+        terms=chunk_terms(chunk.path, chunk.symbol, chunk.text),
         payload=payload,
         embed_model=workspace.embed_model,
     )

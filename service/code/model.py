@@ -1,4 +1,4 @@
-"""The code collection: its indexed payload fields, the chunk key scheme, embed states and terms.
+"""The code collection: its indexed payload fields, the chunk key scheme and embed states.
 
 Every chunk of a workspace is one point of the ``code`` collection, keyed
 ``{workspace}|{path}|{chunk content hash}`` (``|{n}`` appended for the n-th repeat of the same
@@ -19,10 +19,8 @@ stays cold until a query embeds a small scope, a broad fallback warms it, or it 
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from service.engine import analyzer
 from service.engine.records import collection_spec
 from service.engine.store import Filter, Match
 
@@ -52,21 +50,3 @@ def dirs_of(path: str) -> list[str]:
     """Every ancestor directory of a workspace path: ``a/b/c.py`` -> ``["a", "a/b"]``."""
     parts = path.split("/")[:-1]
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def embed_text_of(path: str, text: str) -> str:
-    """What the model embeds for a chunk: its path (a strong hint of what it is about), then its text."""
-    return f"{path}\n{text}"
-
-
-@lru_cache(maxsize=262_144)
-def _identifier_terms(identifier: str) -> str:
-    return " ".join(analyzer.identifier_terms(identifier))
-
-
-def chunk_terms(text: str) -> str:
-    """``analyzer.terms_text(text)``, memoized per identifier: code repeats identifiers, and this
-    is the slowest step of indexing a large tree (3x faster, identical output)."""
-    # analyzer._IDENTIFIER is the analyzer's own tokenizer: the output must stay identical to it.
-    pieces = (_identifier_terms(match.group(0)) for match in analyzer._IDENTIFIER.finditer(text))
-    return " ".join(piece for piece in pieces if piece)

@@ -38,7 +38,8 @@ class Mode(StrEnum):
     SEMANTIC = "semantic"
 
 
-PUBLIC_MODES = (Mode.HYBRID.value, Mode.LEXICAL.value)
+# ``semantic`` is the model's ranking alone, with no lexical pass: what an evaluation compares hybrid with.
+PUBLIC_MODES = (Mode.HYBRID.value, Mode.LEXICAL.value, Mode.SEMANTIC.value)
 
 
 @dataclass(frozen=True)

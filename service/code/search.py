@@ -5,8 +5,9 @@
 2. Revalidate the workspace if due (mtime and size, at most every ``revalidate_interval_s``).
 3. Regex: the lexical regex pass, always (a regex search never runs semantically).
 4. Otherwise the chunk-aware lexical pass over the scope, then, in hybrid mode, the semantic pass
-   (query embedding against the scope's chunk vectors), RRF fusion of the two chunk lists, and
-   the path-aware adjustments after fusion.
+   (query embedding against the scope's chunk vectors), RRF fusion of the two chunk lists, each
+   weighed by how far it can be trusted for the query (``meta.fusion``), and the path-aware
+   adjustments after fusion.
 5. Render text-first output, results, notices and metadata.
 6. ``search`` answers it for ``run_search``, within the request's ``Deadline``; the command line
    searches locally through ``search_workspace`` (no rate limit, no deadline).
@@ -30,7 +31,7 @@ from service.code.lexical import ChunkHit, QueryText, ranked_lexical, regex_sear
 from service.code.model import SURFACE_NAME, workspace_filter
 from service.code.parsing import MAX_LIMIT, Mode, SearchRequest, parse_search_body
 from service.code.pattern import regex_compile
-from service.code.ranking import adjust, fuse
+from service.code.ranking import adjust, fuse, trust_of
 from service.code.render import MAX_LINES_PER_CHUNK, ResultLine, hybrid_lines, lexical_lines, output_text, regex_lines
 from service.code.scope import Scope, ScopeError, ScopeNotFound, resolve_scope
 from service.code.semantic import (
@@ -247,10 +248,17 @@ async def _ranked(ctx: _Context) -> list[ResultLine]:
         ctx.timings["lexical"] = _ms(started)
         if request.mode is not Mode.LEXICAL:
             semantic = await _semantic(ctx, request.query, depth)
+        if semantic is None and request.mode is Mode.SEMANTIC:  # the same lexical fallback hybrid has
+            lexical = await ranked_lexical(ctx.engine.records(SURFACE_NAME), ctx.runtime, ctx.flt, ctx.scope, query, depth)
     else:
         ctx.notices.append(NO_FILE_IN_SCOPE)
     used = request.mode if semantic is not None else Mode.LEXICAL
-    fused = adjust(fuse(lexical, semantic or []))
+    if lexical and semantic:
+        trust = trust_of(lexical, semantic)
+        ctx.meta["fusion"] = trust.as_dict()
+        fused = adjust(fuse(lexical, semantic, trust))
+    else:
+        fused = adjust(fuse(lexical, semantic or []))
     if used is Mode.LEXICAL:
         # Every chunk shows a line at least: the first ``limit`` chunks hold the lines shown, the rest are only counted.
         lines, available = lexical_lines(fused[: request.limit], query, request.limit)

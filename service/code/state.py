@@ -13,6 +13,10 @@ A workspace whose root was deleted (or replaced by a file) is ``missing``: its s
 search answers 409 before it reads anything indexed. One whose cache cannot be opened (its
 directory replaced by a file, an unreadable database) is ``broken``: its status says so, a search
 answers 409, and deleting it always works.
+
+A workspace indexed by a release whose chunk records held other texts (``context.RECORD_FORMAT``)
+is indexed again when it is opened: its points and cache are dropped, the next revalidation writes
+every chunk anew and embedding fills the vectors, so old and new vectors are never mixed.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.code.cache import ChunkCache
+from service.code.context import RECORD_FORMAT
 from service.code.ingest import SyncProgress, SyncReport, rebuild_trigram, sync
 from service.code.matchers import MatcherPool
 from service.code.model import SURFACE_NAME, workspace_filter
@@ -234,7 +239,8 @@ class Workspaces:
         return runtime
 
     async def _heal(self, runtime: WorkspaceRuntime) -> None:
-        """Re-derive what a crash or a wiped directory left apart from the cache."""
+        """Re-derive what a crash, a wiped directory or an older record format left apart from the cache."""
+        await self._upgrade_records(runtime)
         cached = runtime.cache.chunk_count()
         if cached and not await self.records.count(workspace_filter(runtime.workspace)):
             log.warning("store lost the workspace's chunks; reindexing", extra={"workspace": runtime.workspace.id})
@@ -243,6 +249,20 @@ class Workspaces:
         if runtime.trigram.num_docs != cached:
             log.warning("trigram index and chunk cache disagree; rebuilding it", extra={"workspace": runtime.workspace.id})
             await rebuild_trigram(runtime)
+
+    async def _upgrade_records(self, runtime: WorkspaceRuntime) -> None:
+        """A workspace indexed with another record format (what a chunk's embedded text and terms
+        hold) loses its chunks and is indexed again by the next revalidation: a file that did not
+        change is never read again, so its records would otherwise keep the old text and vectors
+        beside new ones, and every vector must be computed anew anyway."""
+        stored = runtime.cache.get_meta("record_format")
+        if stored == RECORD_FORMAT:
+            return
+        if runtime.cache.chunk_count() or runtime.cache.file_count():
+            log.warning("workspace indexed with another record format; indexing it again", extra={"workspace": runtime.workspace.id, "format": stored})
+            await self.records.delete_where(workspace_filter(runtime.workspace))
+            runtime.cache.clear()
+        runtime.cache.set_meta("record_format", RECORD_FORMAT)
 
     def close(self) -> None:
         for runtime in self._runtimes.values():

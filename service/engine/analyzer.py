@@ -20,6 +20,8 @@ _PART_SPLIT = re.compile(r"[_.\-/:]+")
 # camelCase boundaries: lower->Upper, Upper->Upper+lower (HTTPServer -> HTTP Server), letter<->digit.
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+", re.UNICODE)
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
+# A token written as a name: words joined by case changes or by _ . - / : (``getUser``, ``list_repos``).
+_NAME_LIKE = re.compile(r"[A-Za-z0-9]*(?:[a-z][A-Z]|[A-Z][A-Z][a-z]|[A-Za-z0-9][_.\-/:][A-Za-z])[A-Za-z0-9_.\-/:]*")
 
 MAX_TERM_LENGTH = 40
 # Stored with every record (``analyzer``) so ``reindex`` can bring older terms up to date
@@ -63,6 +65,19 @@ def identifier_terms(identifier: str) -> Iterator[str]:
     for part in folded_parts:
         if len(part) <= MAX_TERM_LENGTH:
             yield _normalize(part)
+
+
+def spoken(name: str) -> str:
+    """A name as words, for a model to read: ``AusPetrolPrices`` -> ``Aus Petrol Prices``,
+    ``create_qr_code`` -> ``create qr code``; other text is left as it is."""
+    out: list[str] = []
+    for token in name.split():
+        if not _NAME_LIKE.fullmatch(token):
+            out.append(token)
+            continue
+        pieces = [p for p in _PART_SPLIT.split(token) if p]
+        out.extend(part for piece in pieces for part in (_CAMEL.findall(piece) or [piece]))
+    return " ".join(out)
 
 
 def analyze(text: str, *, drop_stopwords: bool = False) -> list[str]:

@@ -15,7 +15,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,6 +52,8 @@ class Embedder(Protocol):
     async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
 
     async def embed_query(self, text: str) -> list[float]: ...
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
 class _QueryCache:
@@ -179,6 +181,14 @@ class LocalEmbedder:
         self._cache.put(text, vector)
         return vector
 
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """Several queries' vectors, the uncached ones encoded in one batch."""
+        return await _cached_batch(self._cache, texts, self._encode_async)
+
+    async def _encode_async(self, texts: Sequence[str]) -> list[list[float]]:
+        await self._ready()
+        return await asyncio.to_thread(self._encode, texts)
+
 
 class OpenAIEmbedder:
     """Any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint."""
@@ -251,9 +261,26 @@ class OpenAIEmbedder:
         self._cache.put(text, vector)
         return vector
 
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """Several queries' vectors, the uncached ones in one request."""
+        return await _cached_batch(self._cache, texts, self._post)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+async def _cached_batch(
+    cache: _QueryCache, texts: Sequence[str], encode: Callable[[Sequence[str]], Awaitable[list[list[float]]]]
+) -> list[list[float]]:
+    found = [cache.get(text) for text in texts]
+    missing = list(dict.fromkeys(text for text, vector in zip(texts, found, strict=True) if vector is None))
+    if missing:
+        fresh = dict(zip(missing, await encode(missing), strict=True))
+        for text, vector in fresh.items():
+            cache.put(text, vector)
+        found = [vector if vector is not None else fresh[text] for text, vector in zip(texts, found, strict=True)]
+    return [vector for vector in found if vector is not None]
 
 
 def _vectors_of(payload: Any, expected: int) -> list[list[float]]:

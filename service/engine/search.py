@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -53,6 +54,19 @@ async def embed_query_or_notice(embedder: Embedder | None, query: str, notices: 
         return None
     try:
         return await embedder.embed_query(query)
+    except EmbeddingUnavailable as exc:
+        notices.append(f"embeddings unavailable ({exc}); {LEXICAL_ONLY}")
+        return None
+
+
+async def embed_queries_or_notice(embedder: Embedder | None, queries: Sequence[str], notices: list[str]) -> list[list[float]] | None:
+    """Several queries' vectors in one batch (a request and its intents), or None with the notice of
+    ``embed_query_or_notice``."""
+    if embedder is None:
+        notices.append(f"embeddings are not configured; {LEXICAL_ONLY}")
+        return None
+    try:
+        return await embedder.embed_queries(queries)
     except EmbeddingUnavailable as exc:
         notices.append(f"embeddings unavailable ({exc}); {LEXICAL_ONLY}")
         return None
@@ -117,12 +131,13 @@ async def dense_and_text(
     text: bool = True,
     limit: int = DEFAULT_PREFETCH,
     vector: list[float] | None = None,
+    terms: str | None = None,
 ) -> Candidates:
     """The query vector (``vector``, else embedded, else a notice), then the top ``limit`` dense and
     BM25 candidates under ``filter``; the surface fuses them. ``dense``/``text`` pick the channels;
     without a vector (no model, the model failed, the collection has no vector yet) the BM25
     candidates are fetched whatever ``text`` says, so the answer falls back to lexical."""
-    terms = query_terms(query)
+    terms = query_terms(query) if terms is None else terms
     notices: list[str] = []
     dense_hits: list[Hit] = []
     if dense:

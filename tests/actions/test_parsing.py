@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from service.actions.model import AuthType, Risk, Tier
+from service.actions.model import AuthType, RankingMode, Risk, Tier
 from service.actions.parsing import (
     looks_like_secret_value,
     parse_exclude,
@@ -156,6 +156,18 @@ def test_search_defaults_and_limits() -> None:
         parse_search_body({"limit": 5})
     with pytest.raises(ValidationError, match="unknown field 'domain'"):
         parse_search_body({"query": "x", "domain": "mail"})
+
+
+def test_search_ranking_is_served_lexical_or_dense() -> None:
+    assert parse_search_body({"query": "x"}).ranking is RankingMode.SERVED
+    assert parse_search_body({"query": "x", "ranking": None}).ranking is RankingMode.SERVED
+    for mode in RankingMode:
+        assert parse_search_body({"query": "x", "ranking": mode.value}).ranking is mode
+    for bad in ("hybrid", "Dense", "", "x" * 150):
+        with pytest.raises(ValidationError, match=re.escape("ranking must be one of served, lexical, dense (served is the default); got")):
+            parse_search_body({"query": "x", "ranking": bad})
+    with pytest.raises(ValidationError, match="ranking must be a string"):
+        parse_search_body({"query": "x", "ranking": 1})
 
 
 def test_exclude_forms() -> None:

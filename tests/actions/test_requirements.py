@@ -1,5 +1,6 @@
-"""Action search facts no other test pinned: the 0.4 / 0.6 blend of keyword and embedding scores with the
-post-rank bonuses, exclude applied before scoring, and search bodies refused with a 4xx."""
+"""Action search facts no other test pinned: the per-query blend of keyword and embedding scores (the
+documented weights) with the post-rank bonuses, exclude applied before scoring, and search bodies refused
+with a 4xx."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from service.actions.index import embed_text
-from service.actions.model import ActionDef, Risk
+from service.actions.index import embed_text, query_words
+from service.actions.model import ActionDef, SearchRequest
+from service.actions.parsing import parse_template
+from service.actions.ranking import GAP_HITS, CandidatePairs, fusion_weights, keyword_evidence
+from service.actions.state import catalog_for
+from service.actions.visibility import select_units, visible_instances
 from service.settings import ProviderSettings, Settings
+from service.state import ENGINE
 from tests.actions.helpers import (
     HAND_MADE,
     action_counts,
@@ -21,7 +27,7 @@ from tests.actions.helpers import (
     put_templates,
     search,
 )
-from tests.callers import SALES_ALICE
+from tests.callers import SALES_ALICE, caller_of
 from tests.code.conftest import variant
 from tests.embedding_server import bag_of_words_vector
 from tests.helpers import running_app, wait_until
@@ -42,11 +48,33 @@ def bonus(row: dict[str, Any]) -> float:
     return (0.05 if row["auth"]["connected"] else 0.0) + RISK_BONUS[row["risk"]]
 
 
-def cosine(query: str, row: dict[str, Any]) -> float:
+TEMPLATES = {raw["template"]: parse_template(raw) for raw in HAND_MADE}
+
+
+def cosine(query: str, template: str, action: ActionDef) -> float:
     """What the test's embedding endpoint makes of the query and of the action's embedded text."""
-    action = ActionDef(name=row["action"], description=row["description"], risk=Risk(row["risk"]))
-    document = embed_text(action, row["service_display_name"])
+    document = embed_text(action, TEMPLATES[template])
     return max(0.0, sum(a * b for a, b in zip(bag_of_words_vector(query), bag_of_words_vector(document), strict=True)))
+
+
+def row_cosine(query: str, row: dict[str, Any]) -> float:
+    template = TEMPLATES[row["template"]]
+    action = next(a for a in template.actions if a.name == row["action"])
+    return cosine(query, row["template"], action)
+
+
+def cosine_gap(query: str) -> float:
+    """The best cosine over every catalog action minus the mean of the next nine (the module's ``cosine_gap``)."""
+    best = sorted((cosine(query, key, a) for key, t in TEMPLATES.items() for a in t.actions), reverse=True)[:GAP_HITS]
+    return best[0] - sum(best[1:]) / (len(best) - 1)
+
+
+async def best_coverage(client: Client, query: str) -> float:
+    """The highest keyword coverage of any pair the caller's catalog search scores."""
+    engine = client.server.app[ENGINE]
+    index = await catalog_for(engine).current()
+    units = select_units(index, await visible_instances(engine, caller_of(SALES_ALICE)), SearchRequest(query, include_catalog=True))
+    return float(keyword_evidence(index, units, CandidatePairs.of(index, units), query_words(query)).coverage.max())
 
 
 def row_key(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -65,14 +93,16 @@ async def client(settings: Settings) -> AsyncIterator[Client]:
         yield test_client
 
 
-async def test_score_blends_keyword_0_4_and_cosine_0_6_plus_bonuses(settings: Settings, embedding_endpoint: TestServer) -> None:
+async def test_score_blends_keyword_and_cosine_with_the_querys_documented_weights_plus_bonuses(
+    settings: Settings, embedding_endpoint: TestServer
+) -> None:
     # Keyword scores alone, from a deployment without embeddings: there a row scores keyword + bonuses.
     keyword: dict[str, dict[tuple[str, str, str], float]] = {}
     async with running_app(variant(settings, "keyword", embeddings_model=None)) as client:
         await load(client)
         for query in QUERIES:
             answer = await search(client, SALES_ALICE, query=query, include_catalog=True, limit=100)
-            assert answer["meta"]["signals"] == ["keyword"]
+            assert answer["meta"]["signals"] == ["keyword"] and "weights" not in answer["meta"]
             keyword[query] = {row_key(row): row["score"] - bonus(row) for row in answer["results"]}
 
     provider = ProviderSettings(id="acme", base_url=str(embedding_endpoint.make_url("/v1")), api_key="sk-test")
@@ -84,19 +114,26 @@ async def test_score_blends_keyword_0_4_and_cosine_0_6_plus_bonuses(settings: Se
             return counts["records"] == 15 and counts["pending"] == 0
 
         await wait_until(embedded, timeout_s=60)
-        compared = []
+        keyword_weights = []
         for query in QUERIES:
             answer = await search(client, SALES_ALICE, query=query, include_catalog=True, limit=100)
             assert answer["meta"]["signals"] == ["keyword", "embedding"], answer["notices"]
+            weights = answer["meta"]["weights"]
+            expected = fusion_weights(await best_coverage(client, query), cosine_gap(query), len(query_words(query)))
+            assert weights == {"keyword": pytest.approx(expected.keyword, abs=1e-4), "embedding": pytest.approx(expected.embedding, abs=1e-4)}
+            keyword_weights.append(weights["keyword"])
+            compared = []
             for row in answer["results"]:
                 if row_key(row) not in keyword[query]:
                     continue
-                k, c = keyword[query][row_key(row)], cosine(query, row)
-                assert row["score"] == pytest.approx(0.4 * k + 0.6 * c + bonus(row), abs=1e-3), (query, row, k, c)
+                k, c = keyword[query][row_key(row)], row_cosine(query, row)
+                assert row["score"] == pytest.approx(weights["keyword"] * k + weights["embedding"] * c + bonus(row), abs=1e-3), (query, row, k, c)
                 compared.append((k, c))
-    # Enough rows with both signals, in different proportions, that no other pair of weights fits.
-    both = {(round(k, 2), round(c, 2)) for k, c in compared if k > 0.05 and c > 0.05}
-    assert len(both) >= 3 and len({round(k / c, 1) for k, c in both}) >= 2, compared
+            # Rows with both signals in different proportions: no other pair of weights fits this query's scores.
+            both = {(round(k, 2), round(c, 2)) for k, c in compared if k > 0.05 and c > 0.05}
+            assert len(both) >= 2 and len({round(k / c, 1) for k, c in both}) >= 2, (query, compared)
+    # The weights follow each query: not one fixed blend.
+    assert len({round(w, 3) for w in keyword_weights}) >= 3, keyword_weights
 
 
 async def test_exclude_is_applied_before_scoring(client: Client) -> None:
@@ -117,6 +154,8 @@ BAD_SEARCHES: list[tuple[dict[str, Any], str]] = [
     ({"query": "x", "exclude": ["gmail", 3]}, "exclude entry 2 must be a string"),
     ({"query": "x", "exclude": "gmail_work,,stripe"}, "exclude entry 2 is empty"),
     ({}, "query is required"),
+    ({"query": "x", "ranking": "hybrid"}, "ranking must be one of served, lexical, dense (served is the default); got 'hybrid'"),
+    ({"query": "x", "ranking": 2}, "ranking must be a string"),
 ]
 
 

@@ -92,7 +92,7 @@ async def test_ranked_integration_hits_carry_the_reconnect_step_only_when_reconn
     spotify = answer["structuredContent"]["results"][0]
     assert spotify["entity"] == "integration:spotify" and spotify["nextStep"].startswith("Reconnect Spotify")
     assert "refresh token revoked" in spotify["nextStep"] and f"Next step: {spotify['nextStep']}" in answer["content"]
-    assert set(spotify) <= {"type", "entity", "title", "summary", "score", "whyMatched", "nextStep"}  # summary-only
+    assert set(spotify) <= {"type", "entity", "title", "summary", "score", "whyMatched", "scoreFrom", "nextStep"}  # summary-only
     github = (await search(lexical_client, {"query": "github repositories and issues"}))["structuredContent"]["results"][0]
     assert github["entity"] == "integration:github" and "nextStep" not in github and "tokenUrl" not in github
 

@@ -7,7 +7,16 @@ import pytest
 from service.catalog.callshapes import accessor, call_shape, schema_to_ts
 from service.catalog.domains import BuiltinDomains, DomainRow, is_broad
 from service.catalog.identity import parse_identity, username_matches
-from service.catalog.ranking import LEXICAL_WEIGHT, Scored, apply_identity_bonus, export_strength, fuse
+from service.catalog.ranking import (
+    LEXICAL_WEIGHT_MAX,
+    LEXICAL_WEIGHT_MIN,
+    Scored,
+    apply_identity_bonus,
+    combine_intents,
+    export_strength,
+    fuse,
+    lexical_weight,
+)
 from service.engine.store import Hit
 
 BUILTINS = BuiltinDomains.of([DomainRow(d, "", 1, (), "builtin") for d in ("email", "jobs", "packages")])
@@ -20,10 +29,33 @@ def _hit(key: str, score: float) -> Hit:
 def test_fusion_keeps_the_model_order_and_lets_lexical_break_near_ties() -> None:
     dense = [_hit("a", 0.62), _hit("b", 0.60), _hit("c", 0.30)]
     lexical = [_hit("b", 8.0), _hit("d", 4.0)]
-    fused = {s.payload["key"]: s.score for s in fuse(dense, lexical)}
-    assert fused["b"] == pytest.approx(0.60 + LEXICAL_WEIGHT) and fused["a"] == pytest.approx(0.62)
-    assert fused["d"] == pytest.approx(0.30 + LEXICAL_WEIGHT * 0.5)  # not in the dense top-K: its floor
+    weight = lexical_weight(dense, lexical, ["b"])
+    assert weight == pytest.approx(LEXICAL_WEIGHT_MAX)  # the best lexical hit holds every query term
+    fused = {s.payload["key"]: s.score for s in fuse(dense, lexical, ["b"])}
+    assert fused["b"] == pytest.approx(0.60 + weight) and fused["a"] == pytest.approx(0.62)
+    assert fused["d"] == pytest.approx(0.30 + weight * 0.5)  # not in the dense top-K: its floor
     assert [s.payload["key"] for s in fuse([], lexical)] == ["b", "d"]  # lexical only: BM25 alone
+
+
+def test_the_lexical_weight_follows_how_much_of_the_query_the_best_lexical_hits_hold() -> None:
+    dense = [_hit("a", 0.6)]
+    lexical = [Hit(id="x", score=5.0, payload={"key": "x", "terms": "weather forecast city"})]
+    assert lexical_weight(dense, lexical, ["weather", "forecast"]) == pytest.approx(LEXICAL_WEIGHT_MAX)
+    assert lexical_weight(dense, lexical, ["weather", "stock", "price", "news"]) == pytest.approx(
+        LEXICAL_WEIGHT_MIN + (LEXICAL_WEIGHT_MAX - LEXICAL_WEIGHT_MIN) * 0.25
+    )
+    assert lexical_weight(dense, [], ["weather"]) == pytest.approx(LEXICAL_WEIGHT_MIN)
+
+
+def test_each_intents_best_hit_reaches_the_top_of_the_combined_list() -> None:
+    """The whole request leans to news; the stock intent's best hit still ranks in the first two."""
+    whole = [Scored({"key": k}, s, 0.0, s) for k, s in (("news", 0.7), ("blog", 0.6), ("weather", 0.5), ("stock", 0.4))]
+    news = [Scored({"key": k}, s, 0.0, s) for k, s in (("news", 0.8), ("blog", 0.6))]
+    stock = [Scored({"key": k}, s, 0.0, s) for k, s in (("stock", 0.5), ("bank", 0.45))]
+    combined = combine_intents(whole, [("latest news", news), ("stock price", stock)])
+    assert [h.payload["key"] for h in combined[:2]] == ["news", "stock"]
+    assert combined[1].extras["intents"] == ["stock price"]
+    assert [h.payload["key"] for h in combined].index("bank") < [h.payload["key"] for h in combined].index("weather")
 
 
 def test_identity_bonus_lifts_the_entity_the_query_names() -> None:

@@ -1,4 +1,4 @@
-"""Fusion and the path-aware adjustments, on hand-built chunk lists."""
+"""Fusion, the trust each list gets for a query, and the path-aware adjustments, on hand-built chunk lists."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from service.code.cache import CachedChunk
 from service.code.lexical import ChunkHit
-from service.code.ranking import RRF_K, adjust, fuse, path_category
+from service.code.ranking import RRF_K, Trust, adjust, fuse, path_category, trust_of
 
 
 def chunk(path: str, line: int = 1) -> CachedChunk:
@@ -69,3 +69,31 @@ def test_one_list_keeps_its_own_order() -> None:
     hits = [ChunkHit(chunk=chunk(f"{i}.py"), lexical_rank=i, coverage=1.0 / i) for i in range(1, 4)]
     fused = fuse(hits, [])
     assert [round(h.fused, 6) for h in fused] == [round(1 / (RRF_K + i), 6) for i in range(1, 4)]
+
+
+def lists(lexical: list[tuple[str, float, float]], semantic: list[tuple[str, float]]) -> tuple[list[ChunkHit], list[ChunkHit]]:
+    """Hit lists from (path, BM25, coverage) and (path, cosine), each in rank order."""
+    chunks = {path: chunk(path) for path, *_ in [*lexical, *semantic]}
+    return (
+        [ChunkHit(chunk=chunks[p], bm25=b, coverage=c, lexical_rank=r) for r, (p, b, c) in enumerate(lexical, 1)],
+        [ChunkHit(chunk=chunks[p], semantic_score=s, semantic_rank=r) for r, (p, s) in enumerate(semantic, 1)],
+    )
+
+
+def test_each_list_weighs_what_it_can_be_trusted_for_on_the_query() -> None:
+    # A query every word of which one chunk holds, far ahead in BM25; the model sees no clear winner.
+    covered = lists([("named.py", 14.0, 1.0), ("shares.py", 5.0, 0.5)], [("near.py", 0.52), ("named2.py", 0.515), ("other.py", 0.51)])
+    # A query no chunk holds more than a common word of: a flat BM25 head; the model is sure.
+    unmatched = lists([("common.py", 3.1, 0.25), ("common2.py", 3.0, 0.25)], [("meant.py", 0.64), ("next.py", 0.55), ("third.py", 0.54)])
+    covered_trust, unmatched_trust = trust_of(*covered), trust_of(*unmatched)
+    assert covered_trust.lexical > unmatched_trust.lexical, "a clear BM25 winner is trusted more than a flat head"
+    assert unmatched_trust.semantic > covered_trust.semantic, "a clear cosine winner is trusted more than a flat one"
+
+    first = adjust(fuse(*covered, covered_trust))
+    assert first[0].chunk.path == "named.py", "the chunk holding the whole query leads"
+    second = adjust(fuse(*unmatched, unmatched_trust))
+    assert [h.chunk.path for h in second[:2]] == ["meant.py", "next.py"], "common words do not outweigh a sure model"
+
+    # Weights are the query's own: the same lists under fixed equal weights would rank otherwise.
+    assert adjust(fuse(*covered, Trust(lexical=0.5, semantic=1.0)))[0].chunk.path == "near.py"
+    assert adjust(fuse(*unmatched, Trust(lexical=5.0, semantic=1.0)))[0].chunk.path == "common.py"

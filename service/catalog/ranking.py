@@ -36,6 +36,8 @@ from service.engine.search import dense_and_text, embed_queries_or_notice
 from service.engine.store import Filter, Hit
 
 if TYPE_CHECKING:
+    from service.engine.embeddings import Embedder
+    from service.engine.records import RecordIndex
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
@@ -144,22 +146,15 @@ async def retrieve(
     index = catalog_index(engine)
     embedder = engine.embedders.default
     intents = split_intents(query) if mode == "hybrid" and vector is None else [query]
+    notices: list[str] = []
     if len(intents) > 1:
-        notices: list[str] = []
         intent_vectors = await embed_queries_or_notice(embedder, [spoken(intent) for intent in intents], notices)
-        if intent_vectors is not None:
-            # The whole request's vector is the mean of its intents' (its own would cost one more, long encode).
-            vectors = [mean_vector(intent_vectors), *intent_vectors]
-            texts = [query, *intents]
-            found = await asyncio.gather(
-                *(dense_and_text(index, text, flt, embedder=embedder, limit=prefetch, vector=v, terms=task_terms(text)) for text, v in zip(texts, vectors, strict=True))
-            )
-            if all(f.vector is not None for f in found):
-                lists = [relevant_hits(fuse(f.dense, f.text, f.query_terms.split())) for f in found]
-                if embedder is not None:
-                    lists = list(await asyncio.gather(*(apply_parent_evidence(index, embedder, v, hits) for v, hits in zip(vectors, lists, strict=True))))
-                hits = combine_intents(lists[0], list(zip(intents, lists[1:], strict=True)))
-                return Retrieval(hits, mode, [*notices, *found[0].notices], found[0].vector, found[0].query_terms, intents)
+        if intent_vectors is None:
+            mode = "lexical"  # the notice says why; the one-list path must not wait on the model again
+        elif embedder is not None:
+            found = await _retrieve_intents(index, embedder, query, intents, intent_vectors, flt, prefetch)
+            if found is not None:
+                return found
     found_one = await dense_and_text(
         index,
         spoken(query),  # names read as words, as the records' names are embedded
@@ -175,7 +170,26 @@ async def retrieve(
     fused = fuse(found_one.dense, found_one.text, found_one.query_terms.split())
     if used == "hybrid" and found_one.vector is not None and embedder is not None:
         fused = await apply_parent_evidence(index, embedder, found_one.vector, fused)
-    return Retrieval(fused, used, found_one.notices, found_one.vector, found_one.query_terms)
+    return Retrieval(fused, used, [*notices, *found_one.notices], found_one.vector, found_one.query_terms)
+
+
+async def _retrieve_intents(
+    index: RecordIndex, embedder: Embedder, query: str, intents: list[str], intent_vectors: list[list[float]], flt: Filter, prefetch: int
+) -> Retrieval | None:
+    """The whole request and each intent retrieved and fused, then combined; None when the dense
+    channel is not ready (the caller answers with one list)."""
+    # The whole request's vector is the mean of its intents' (its own would cost one more, long encode).
+    vectors = [mean_vector(intent_vectors), *intent_vectors]
+    texts = [query, *intents]
+    found = await asyncio.gather(
+        *(dense_and_text(index, text, flt, embedder=embedder, limit=prefetch, vector=v, terms=task_terms(text)) for text, v in zip(texts, vectors, strict=True))
+    )
+    if any(f.vector is None for f in found):
+        return None
+    lists = [relevant_hits(fuse(f.dense, f.text, f.query_terms.split())) for f in found]
+    lists = list(await asyncio.gather(*(apply_parent_evidence(index, embedder, v, hits) for v, hits in zip(vectors, lists, strict=True))))
+    hits = combine_intents(lists[0], list(zip(intents, lists[1:], strict=True)))
+    return Retrieval(hits, "hybrid", list(found[0].notices), found[0].vector, found[0].query_terms, intents)
 
 
 def mean_vector(vectors: Sequence[Sequence[float]]) -> list[float]:

@@ -42,7 +42,6 @@ PATH_WEIGHT = 1
 NAME_WEIGHT = 3
 DOC_WEIGHT = 2
 
-_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_]+")
 _COMMENT_LINE = re.compile(r"^\s*(?:///?!?|#(?![!\[]|include\b|define\b|if|else|endif|pragma|import\b)|--|;+|/\*+|\*+/?)")
 _COMMENT_MARKS = re.compile(r"^\s*(?:///?!?|#+|--|;+|/\*+!?|\*+/?)\s?|\s*\*+/\s*$")
 _DOCSTRING = re.compile(r"^\s*(?:@\w+\s+)?[rRuUbB]{0,2}(\"\"\"|''')(.*?)(?:\1|\Z)", re.DOTALL | re.MULTILINE)
@@ -68,7 +67,7 @@ class ChunkContext:
 
 def words(identifier: str) -> str:
     """An identifier or path as lowercase words: ``parse_searchBody`` -> ``parse search body``."""
-    return " ".join(part.lower() for part in _PARTS.findall(identifier))
+    return " ".join(part.lower() for part in analyzer.name_parts(identifier))
 
 
 def path_words(path: str) -> str:

@@ -67,6 +67,11 @@ def identifier_terms(identifier: str) -> Iterator[str]:
             yield _normalize(part)
 
 
+def name_parts(text: str) -> list[str]:
+    """The words of a name or path, case kept: ``parse_searchBody`` -> ``parse``, ``search``, ``Body``."""
+    return _CAMEL.findall(text)
+
+
 def spoken(name: str) -> str:
     """A name as words, for a model to read: ``AusPetrolPrices`` -> ``Aus Petrol Prices``,
     ``create_qr_code`` -> ``create qr code``; other text is left as it is."""

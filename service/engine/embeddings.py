@@ -173,13 +173,7 @@ class LocalEmbedder:
         return await asyncio.to_thread(self._encode, texts)
 
     async def embed_query(self, text: str) -> list[float]:
-        cached = self._cache.get(text)
-        if cached is not None:
-            return cached
-        await self._ready()
-        vector = (await asyncio.to_thread(self._encode, [text]))[0]
-        self._cache.put(text, vector)
-        return vector
+        return (await self.embed_queries([text]))[0]
 
     async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
         """Several queries' vectors, the uncached ones encoded in one batch."""
@@ -254,12 +248,7 @@ class OpenAIEmbedder:
         return await self._post(texts)
 
     async def embed_query(self, text: str) -> list[float]:
-        cached = self._cache.get(text)
-        if cached is not None:
-            return cached
-        vector = (await self._post([text]))[0]
-        self._cache.put(text, vector)
-        return vector
+        return (await self.embed_queries([text]))[0]
 
     async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
         """Several queries' vectors, the uncached ones in one request."""

@@ -46,22 +46,15 @@ LEXICAL_ONLY = "lexical results only"
 async def embed_query_or_notice(embedder: Embedder | None, query: str, notices: list[str], *, wait_for_load: bool = True) -> list[float] | None:
     """The query vector, or None with a notice saying why search is lexical (the one wording every
     surface uses). ``wait_for_load=False``: a model still loading is not waited for."""
-    if embedder is None:
-        notices.append(f"embeddings are not configured; {LEXICAL_ONLY}")
-        return None
-    if not wait_for_load and embedder.state == "loading":
+    if embedder is not None and not wait_for_load and embedder.state == "loading":
         notices.append(f"the embedding model is still loading; {LEXICAL_ONLY}")
         return None
-    try:
-        return await embedder.embed_query(query)
-    except EmbeddingUnavailable as exc:
-        notices.append(f"embeddings unavailable ({exc}); {LEXICAL_ONLY}")
-        return None
+    vectors = await embed_queries_or_notice(embedder, [query], notices)
+    return vectors[0] if vectors is not None else None
 
 
 async def embed_queries_or_notice(embedder: Embedder | None, queries: Sequence[str], notices: list[str]) -> list[list[float]] | None:
-    """Several queries' vectors in one batch (a request and its intents), or None with the notice of
-    ``embed_query_or_notice``."""
+    """Several queries' vectors in one batch (a request and its intents), or None with a notice."""
     if embedder is None:
         notices.append(f"embeddings are not configured; {LEXICAL_ONLY}")
         return None

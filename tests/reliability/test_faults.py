@@ -237,6 +237,13 @@ async def test_embeddings_endpoint_hanging_or_failing_answers_lexically_inside_t
                 assert doc["mode"] == "lexical" and any(reason in n and n.endswith("; lexical results only") for n in doc["notices"]), doc.get("notices")
                 assert "package:tide-0" in {r["entity"] for r in doc["results"]}
                 assert seconds < timeout_s + 1.0, seconds
+                # A request of several intents asks the model once (their batch), not again for the whole.
+                long_query = f"Find the tide table lookup for Lisbon tomorrow morning. Then also show the tide table lookup for Porto {mode}"
+                seconds, catalog = await _timed(client, "/v1/catalog/search", {"query": long_query}, alice)
+                doc = catalog["structuredContent"]
+                assert doc["mode"] == "lexical" and sum(n.endswith("; lexical results only") for n in doc["notices"]) == 1, doc.get("notices")
+                assert "package:tide-0" in {r["entity"] for r in doc["results"]}
+                assert seconds < timeout_s + 1.0, seconds
                 seconds, actions = await _timed(client, "/v1/actions/search", {"query": f"send an email {mode}"}, alice)
                 assert any(reason in n and "lexical results only" in n for n in actions["notices"]), actions["notices"]
                 assert ("mailer_prod", "send_email") in {(r.get("service"), r["action"]) for r in actions["results"]}

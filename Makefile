@@ -33,9 +33,14 @@ bench-full: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench --full
 
 # A steady mixed search load on a real `agentsearch serve` over loopback (60 s; LOADTEST_ARGS="--duration 300" for longer).
-.PHONY: loadtest
+# `make loadtest-capacity`: the highest rate each surface holds (p99 <= 150 ms, no error, 60 s holds, uncached texts),
+# beside the engine-only rate; LOADTEST_ARGS="--hold 15" for a quick run, "--service-tree ../prev" to compare a checkout.
+.PHONY: loadtest loadtest-capacity
 loadtest: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench.loadtest $(LOADTEST_ARGS)
+
+loadtest-capacity: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m bench.loadtest --capacity $(LOADTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service workers tests bench deploy

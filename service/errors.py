@@ -43,6 +43,14 @@ Those any layer raises or catches are defined here; those private to one module 
     │                                     InsufficientStorage
     └── StoreLockedError                  another process holds the index directory: the CLI exits 2;
                                           service.reindex_command hands the reindex to the running service
+    service.engine.store.edge_build.BuildFailed  the child process could not build a collection's
+                                          HNSW index: EdgeStore raises it as StoreError to an explicit
+                                          ``build_index``; a background build logs it and retries later
+    service.engine.onnx_encoder.OnnxUnavailable  the ONNX export cannot serve (export failed, file
+    │                                     unloadable, a probe disagrees with torch):
+    │                                     service.engine.embeddings keeps torch, one warning in the log
+    └── OnnxStopped                       the process is shutting down during the preparation: the
+                                          embedder stops it quietly
     service.engine.reindex.ReindexNotFinished   the reindex slice ran out of time: workers.jobs
                                           retries the job at once
     service.catalog.scorers.ScorerError   the rerank scorer failed or cannot load: catalog search

@@ -46,6 +46,7 @@ async def readyz(request: web.Request) -> web.Response:
     checks: dict[str, Any] = {"redis": await _redis_check(engine), "store": await _store_check(engine)}
     default = engine.embedders.default
     checks["model"] = default.state if default is not None else "disabled"
+    checks["model_runtime"] = default.runtime if default is not None else "disabled"
     ready = checks["redis"] == "ok" and checks["store"].startswith("ok") and checks["model"] in {"ready", "disabled"}
     return web.Response(
         body=orjson.dumps({"status": "ready" if ready else "not-ready", "checks": checks}),

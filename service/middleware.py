@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -48,7 +48,7 @@ def error_response(error: AgentSearchError) -> web.Response:
 
 @web.middleware
 async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+    request_id = request.headers.get("X-Request-Id") or os.urandom(8).hex()
     token = REQUEST_ID.set(request_id[:64])
     request[STARTED_KEY] = time.perf_counter()
     request[TIMINGS_KEY] = []

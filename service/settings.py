@@ -55,6 +55,10 @@ class Settings:
     embeddings_timeout_s: float = 5.0
     embeddings_batch_size: int = 512
     query_cache_size: int = 2048
+    embeddings_onnx: bool = True
+    """Serve the local model through its checked ONNX export (torch until it is ready, and whenever it cannot serve)."""
+    model_artifact_dir: Path | None = None
+    """Where model files derived at run time (the ONNX export) live; None: ``data_dir/models`` (``models_dir``)."""
     providers: tuple[ProviderSettings, ...] = ()
     allowed_roots: tuple[Path, ...] = ()
     single_tenant: bool | None = None
@@ -91,6 +95,11 @@ class Settings:
         if self.qdrant_url:
             return "qdrant"
         return "qdrant-local" if self.qdrant_path else "edge"
+
+    @property
+    def models_dir(self) -> Path:
+        """The model-artifact directory: ``model_artifact_dir``, else ``data_dir/models``."""
+        return self.model_artifact_dir or self.data_dir / "models"
 
     @property
     def is_single_tenant(self) -> bool:

@@ -27,16 +27,20 @@ from aiohttp.test_utils import TestClient, TestServer
 from service.engine.queue import forget_deployment
 from service.engine.runtime import Engine
 from service.engine.startup import open_engine
-from service.settings import Settings
+from service.settings import Settings, env_name
 from service.surfaces import surfaces
 from tests.callers import TEST_SECRET, auth, token_for
 from tests.embedding_server import embeddings_app
-from tests.helpers import REDIS_URL, reindex_in_process, running_app, wait_until, with_settings
+from tests.helpers import REDIS_URL, ROOT, reindex_in_process, running_app, wait_until, with_settings
 
 __all__ = ["REDIS_URL", "TEST_SECRET", "auth", "reindex_in_process", "running_app", "token_for", "wait_until", "with_settings"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# One model-artifact directory (the local model's ONNX export) for every service the suite starts,
+# in this process and in child processes: the export happens once, not per data directory.
+MODEL_ARTIFACTS = ROOT / "test-artifacts" / "models"
+os.environ.setdefault(env_name("model_artifact_dir"), str(MODEL_ARTIFACTS))
 
 
 @pytest.fixture
@@ -65,6 +69,7 @@ def settings(tmp_path: Path, redis_prefix: str) -> Settings:
         sweep_interval_s=5,
         worker_health_check_s=5,
         job_timeout_s=60,
+        model_artifact_dir=MODEL_ARTIFACTS,
     )
 
 

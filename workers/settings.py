@@ -30,6 +30,7 @@ from arq.worker import func
 from redis.exceptions import RedisError
 
 from service.admin.history import JobRecorder
+from service.admin.processes import beat
 from service.engine.queue import DEPLOYMENT_KWARG, deserialize, serialize
 from service.engine.runtime import Engine, create_redis_client
 from service.errors import EmbeddingUnavailable, SettingsError
@@ -76,6 +77,13 @@ class RecordingWorker(Worker):
         await super().finish_failed_job(job_id, result_data)
         await self.recorder.finished(self.pool, self.queue_name, job_id, result_data)
 
+    async def record_health(self) -> None:
+        """arq's health check, and with it this process's heartbeat for the dashboard's processes table."""
+        checked = self._last_health_check
+        await super().record_health()
+        if self._last_health_check != checked:
+            await beat(self.pool, self.recorder.keys, self.queue_name, self.job_tasks, self.max_jobs)
+
     async def run_cron(self, n: datetime, delay: float, num_windows: int = 2) -> None:
         """arq names a cron run ``<name>:<ms>``; prefix it with the deployment's prefix, as every
         other job id is, so two deployments on one Redis never drop each other's runs."""
@@ -109,7 +117,13 @@ def own_jobs_only(name: str, coroutine: Callable[..., Awaitable[Any]]) -> Worker
             if tries >= MAX_TRIES:
                 raise ForeignJob(f"job of deployment {owner!r} refused by a worker of deployment {own!r}: two deployments share one queue prefix")
             raise Retry(defer=_refused_backoff_s(tries))
-        return await coroutine(ctx, *args, **kwargs)
+        try:
+            return await coroutine(ctx, *args, **kwargs)
+        except Exception as exc:
+            recorder = ctx.get("recorder")
+            if isinstance(recorder, JobRecorder) and not isinstance(exc, Retry):
+                await recorder.failed_with(ctx["redis"], str(ctx.get("job_id")), exc)  # arq keeps no stack trace
+            raise
 
     return run
 
@@ -139,12 +153,13 @@ async def _load_default_model(ctx: dict[str, Any]) -> None:
 
 def _common(engine: Engine, *, burst: bool, handle_signals: bool) -> dict[str, Any]:
     """The arq options every worker of a process shares."""
+    recorder = JobRecorder(engine, keep_s=KEEP_RESULT_S)
     return {
         "job_serializer": serialize,
         "job_deserializer": deserialize,
         "health_check_interval": engine.settings.worker_health_check_s,
         "keep_result": KEEP_RESULT_S,
-        "ctx": {"engine": engine},
+        "ctx": {"engine": engine, "recorder": recorder},
         "handle_signals": handle_signals,
         "burst": burst,
         "poll_delay": 0.2,
@@ -152,7 +167,7 @@ def _common(engine: Engine, *, burst: bool, handle_signals: bool) -> dict[str, A
         "retry_jobs": True,
         # The dashboard's abort action adds the id to arq:abort; only then does a worker cancel it.
         "allow_abort_jobs": True,
-        "recorder": JobRecorder(engine, keep_s=KEEP_RESULT_S),
+        "recorder": recorder,
     }
 
 

@@ -1,9 +1,10 @@
 """The dashboard's JSON API under ``/admin/api``: counts, series, workers, index state and jobs, and
-the job actions (retry, abort, warm-up, sweep).
+the job actions (retry, abort, warm-up, sweep) and the bulk actions of the Retries and Dead tabs.
 
 Every handler authenticates itself: ``require_admin`` for reads, ``require_admin_action`` (CSRF
 for cookie sessions) for actions. An action posted by a plain HTML form gets a redirect back to
-its page with a notice instead of JSON.
+its page with a notice instead of JSON; a destructive one (abort, delete) posted by a plain form
+first gets a confirmation page.
 """
 
 from __future__ import annotations
@@ -15,10 +16,20 @@ from urllib.parse import quote
 from aiohttp import web
 
 from service.admin.auth import require_admin, require_admin_action
-from service.admin.handlers import answer_action, json_response, parse_job_query, redis_guard, state_of
+from service.admin.handlers import (
+    answer_action,
+    json_response,
+    needs_confirmation,
+    parse_job_query,
+    redis_guard,
+    state_of,
+)
 from service.admin.health import worker_health
 from service.admin.indexstate import index_state
+from service.admin.operations import BULK_LIMIT, BulkOutcome
+from service.admin.pages import confirm_page, page_tally
 from service.admin.sampler import series
+from service.admin.tally import Tab
 from service.errors import NotFound, ValidationError
 from service.state import ENGINE
 from service.validation import Fields, read_json
@@ -30,7 +41,8 @@ routes = web.RouteTableDef()
 @redis_guard
 async def api_overview(request: web.Request) -> web.Response:
     require_admin(request)
-    return json_response((await state_of(request).reader.overview()).as_dict())
+    the_tally = await page_tally(state_of(request))
+    return json_response({**the_tally.overview.as_dict(), **the_tally.as_dict()})
 
 
 @routes.get("/admin/api/series")
@@ -85,6 +97,10 @@ async def api_retry(request: web.Request) -> web.StreamResponse:
 async def api_abort(request: web.Request) -> web.StreamResponse:
     session = await require_admin_action(request)
     job_id = request.match_info["job_id"]
+    if await needs_confirmation(request):
+        return confirm_page(
+            request, session, question=f"Abort job {job_id}?", action=request.path, fields=[], ids=[job_id], back=_job_page(job_id)
+        )
     return await answer_action(
         request,
         lambda: state_of(request).operations.abort(job_id, admin=session.caller.sub),
@@ -138,4 +154,58 @@ async def _enqueue(request: web.Request, act: Callable[[], Awaitable[dict[str, A
     return await answer_action(
         request, act, back="/admin", refused=f"The {what} was refused", done=lambda outcome: f"Enqueued the {what} as job {outcome['id']}.", status=202
     )
+
+
+# The bulk actions: (tab, what the button says) -> the operation.
+BULK = {
+    ("retries", "retry"): "retry_now",
+    ("retries", "delete"): "delete_waiting",
+    ("dead", "retry"): "retry_dead",
+    ("dead", "delete"): "delete_dead",
+}
+
+
+@routes.post("/admin/api/{tab:retries|dead}/{action:retry|delete}")
+@redis_guard
+async def api_bulk(request: web.Request) -> web.StreamResponse:
+    """Retry or delete the jobs of the Retries or Dead tab: ``{"ids": [...]}`` or ``{"all": true}`` as JSON,
+    or the form fields ``id`` (repeated) or ``all=1``. At most ``BULK_LIMIT`` jobs a request."""
+    session = await require_admin_action(request)
+    tab, verb = request.match_info["tab"], request.match_info["action"]
+    ids, everything = await _bulk_selection(request)
+    state = state_of(request)
+    left = 0
+    if everything:
+        entries = (await page_tally(state)).entries[Tab(tab)]
+        ids, left = [e.id for e in entries[:BULK_LIMIT]], max(0, len(entries) - BULK_LIMIT)
+    back = f"/admin/{tab}"
+    if verb == "delete" and await needs_confirmation(request):
+        what = f"all {len(ids) + left} jobs" if everything else f"{len(ids)} job{'' if len(ids) == 1 else 's'}"
+        fields = [("all", "1")] if everything else [("id", job_id) for job_id in ids]
+        return confirm_page(request, session, question=f"Delete {what} from {tab.capitalize()}? This cannot be undone.", action=request.path, fields=fields, ids=ids, back=back)
+
+    async def act() -> BulkOutcome:
+        return await state.operations.bulk(BULK[(tab, verb)], ids, admin=session.caller.sub, left=left)
+
+    return await answer_action(request, act, back=back, refused="Refused", done=lambda outcome: outcome.summary(), body=lambda outcome: outcome.as_dict(), status=200)
+
+
+async def _bulk_selection(request: web.Request) -> tuple[list[str], bool]:
+    """The ids a bulk action names, or True for all of the tab's jobs; 400 for neither or too many."""
+    if request.content_type == "application/json":
+        fields = Fields(await read_json(request))
+        everything = fields.bool("all", default=False)
+        ids = list(fields.str_list("ids", max_items=BULK_LIMIT, max_length=500))
+        fields.reject_unknown()
+    else:
+        form = await request.post()
+        everything = form.get("all") == "1"
+        ids = [str(value) for value in form.getall("id", [])]
+    if everything and ids:
+        raise ValidationError("send either ids or all, not both")
+    if not everything and not ids:
+        raise ValidationError("select at least one job (ids, or the id form field), or send all to act on every job of the tab")
+    if len(ids) > BULK_LIMIT:
+        raise ValidationError(f"at most {BULK_LIMIT} ids at once, got {len(ids)}; send fewer, or all")
+    return ids, everything
 

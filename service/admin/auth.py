@@ -27,6 +27,8 @@ COOKIE = "agentsearch_admin"
 COOKIE_PATH = "/admin"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "X-CSRF-Token"
+# Where ``require_admin`` leaves the admin's name on the request, for the access log.
+ADMIN_SUB = web.RequestKey("admin_sub", str)
 # A login lasts at most this long (less when the token expires sooner).
 SESSION_MAX_S = 12 * 3600
 
@@ -61,11 +63,14 @@ def require_admin(request: web.Request) -> AdminSession:
     header = request.headers.get("Authorization")
     if header:
         token = bearer_token(header)
-        return AdminSession(verify_admin_token(request, token), token, via_cookie=False)
-    cookie = request.cookies.get(COOKIE)
-    if not cookie:
-        raise Unauthorized("log in at /admin/login, or send 'Authorization: Bearer <admin token>'", headers={"WWW-Authenticate": "Bearer"})
-    return AdminSession(verify_admin_token(request, cookie), cookie, via_cookie=True)
+        session = AdminSession(verify_admin_token(request, token), token, via_cookie=False)
+    else:
+        cookie = request.cookies.get(COOKIE)
+        if not cookie:
+            raise Unauthorized("log in at /admin/login, or send 'Authorization: Bearer <admin token>'", headers={"WWW-Authenticate": "Bearer"})
+        session = AdminSession(verify_admin_token(request, cookie), cookie, via_cookie=True)
+    request[ADMIN_SUB] = session.caller.sub
+    return session
 
 
 async def require_admin_action(request: web.Request) -> AdminSession:

@@ -3,12 +3,16 @@ request, and the answers (JSON, a redirect with a one-shot notice, 503 when Redi
 
 An action posted by a plain HTML form (JavaScript off) answers with a redirect back to the page
 and a one-shot notice; the page's script posts the same forms with ``Accept: application/json``
-and gets JSON (``answer_action``).
+and gets JSON (``answer_action``). A destructive action posted by a plain form is first answered
+with a confirmation page (``needs_confirmation``); the script asks with ``confirm()`` instead.
+Every dashboard request leaves one access-log line (``access_logged``).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -17,16 +21,21 @@ import orjson
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from service.admin.auth import ADMIN_SUB
 from service.admin.jobrecord import JobStatus
 from service.admin.jobtable import MAX_LIMIT, MAX_OFFSET, JobQuery
 from service.admin.sampler import ADMIN, AdminState
 from service.errors import AgentSearchError, Unavailable, ValidationError
 from service.state import ENGINE
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Outcome = TypeVar("Outcome")
 
 NOTICE_COOKIE = "agentsearch_admin_notice"
+# The form field a confirmation page adds when it posts a destructive action again.
+CONFIRMED_FIELD = "confirmed"
 JOB_QUERY_PARAMS = ("status", "kind", "surface", "tenant", "queue", "offset", "limit")
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
@@ -90,6 +99,41 @@ async def answer_action(
     return json_response(body(outcome), status=status)
 
 
+async def needs_confirmation(request: web.Request) -> bool:
+    """A destructive action posted by a plain HTML form that no confirmation page posted yet."""
+    if wants_json(request):
+        return False  # the page's script confirmed with confirm(); an API client means it
+    return (await request.post()).get(CONFIRMED_FIELD) != "1"
+
+
+def access_logged(handler: Handler) -> Handler:
+    """One INFO line per dashboard request: method, path, status, milliseconds and the admin."""
+
+    @functools.wraps(handler)
+    async def logged(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except AgentSearchError as exc:
+            status = exc.status
+            raise
+        finally:
+            ms = round((time.perf_counter() - started) * 1000, 1)
+            user = request.get(ADMIN_SUB) or "-"
+            log.info(
+                "admin %s %s %s %sms user=%s", request.method, request.path, status, ms, user,
+                extra={"method": request.method, "path": request.path, "status": status, "ms": ms, "user": user},
+            )  # fmt: skip
+
+    return logged
+
+
 def redis_guard(handler: Handler) -> Handler:
     """A dashboard handler whose Redis is down answers 503 with a clear message, not a 500."""
 
@@ -106,7 +150,7 @@ def redis_guard(handler: Handler) -> Handler:
 # ---- parsing ------------------------------------------------------------------------------------------
 
 
-def _bounded_int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+def bounded_int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
     raw = params.get(name, "")
     if raw == "":
         return default
@@ -152,6 +196,6 @@ def parse_job_query(request: web.Request, *, strict: bool) -> JobQuery:
         surface=text["surface"] or None,
         tenant=text["tenant"] or None,
         queue=text["queue"] or None,
-        offset=_bounded_int(params, "offset", 0, 0, MAX_OFFSET),
-        limit=_bounded_int(params, "limit", 50, 1, MAX_LIMIT),
+        offset=bounded_int(params, "offset", 0, 0, MAX_OFFSET),
+        limit=bounded_int(params, "limit", 50, 1, MAX_LIMIT),
     )

@@ -7,12 +7,18 @@ finishes it (``RecordingWorker`` in ``workers/settings.py`` calls ``finished``/`
 arq's ``finish_job``/``finish_failed_job``, the two places every ending goes through, aborted and
 max-tries-exceeded ones included). Recording never fails a job: a Redis error is logged and the
 counters miss one job.
+
+It also keeps what arq does not: the stack trace of a job that fails (``failed_with``, called by the
+job's wrapper while the exception is at hand; arq's result keeps ``Type: message`` only) and the
+jobs' durations per bucket of ``DURATION_BUCKETS_S`` (exported to ``/metrics`` by the front end).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
@@ -31,6 +37,16 @@ log = logging.getLogger(__name__)
 
 # Finished ids kept per status beyond the retention trim: bounds memory after a burst of jobs.
 MAX_FINISHED_IDS = 100_000
+# Upper bounds (seconds) of the job-duration histogram's buckets; the last bucket is +Inf.
+DURATION_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# A stack trace is cut to its last this many characters (the innermost frames and the error).
+MAX_TRACEBACK_CHARS = 20_000
+
+
+def duration_bucket(seconds: float) -> str:
+    """The ``le`` label of the histogram bucket a job of ``seconds`` falls in."""
+    index = bisect.bisect_left(DURATION_BUCKETS_S, seconds)
+    return "+Inf" if index == len(DURATION_BUCKETS_S) else repr(DURATION_BUCKETS_S[index])
 
 
 class JobRecorder:
@@ -59,6 +75,11 @@ class JobRecorder:
                 pipe.zremrangebyscore(done, "-inf", finished_ms - self.keep_ms)
                 pipe.zremrangebyrank(done, 0, -(MAX_FINISHED_IDS + 1))
                 pipe.hincrby(self.keys.stats, stats_field(status.value, queue, function), 1)
+                started_ms = result.get("st")
+                if isinstance(started_ms, (int, float)):
+                    series = f"{queue}|{function}|{status.value}"
+                    pipe.hincrby(self.keys.durations, f"{series}|{duration_bucket((finished_ms - started_ms) / 1000)}", 1)
+                    pipe.hincrby(self.keys.durations, f"{series}|sum_ms", max(0, int(finished_ms - started_ms)))
                 await pipe.execute()
             if status is JobStatus.COMPLETE and function == EMBED_JOB:
                 await self._note_warm(redis, result, finished_ms)
@@ -73,6 +94,14 @@ class JobRecorder:
             await redis.hincrby(self.keys.stats, stats_field("retried", queue, function), 1)  # type: ignore[misc]  # redis-py types hash commands as sync-or-async
         except (RedisError, OSError) as exc:
             log.warning("job retry not recorded for the dashboard", extra={"job_id": job_id, "error": str(exc)})
+
+    async def failed_with(self, redis: Redis, job_id: str, exc: BaseException) -> None:
+        """Keep the stack trace of job ``job_id``, which fails with ``exc``, as long as its result."""
+        text = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:]
+        try:
+            await redis.set(self.keys.traceback(job_id), text.encode(), px=self.keep_ms)
+        except (RedisError, OSError) as err:
+            log.warning("stack trace not recorded for the dashboard", extra={"job_id": job_id, "error": str(err)})
 
     async def _note_warm(self, redis: Redis, result: dict[str, Any], finished_ms: int) -> None:
         """Last-warm times of the surface and tenants whose records an embed job embedded."""

@@ -69,6 +69,7 @@ class JobRow:
     retry_of: str | None = None
     retried_as: str | None = None
     target: JobTarget = field(default_factory=JobTarget)
+    traceback: str | None = None  # a failed job's stack trace, as its worker recorded it (detail view only)
 
     @property
     def sort_ms(self) -> int:
@@ -115,6 +116,7 @@ class JobRow:
         if full:
             body["args"] = list(self.args)
             body["kwargs"] = self.kwargs
+            body["traceback"] = self.traceback
         return body
 
 

@@ -148,7 +148,7 @@ class JobTable:
         for short in {queue for _, queue, _ in window if queue is not None}:
             entries = [(job_id.encode(), score) for score, queue, job_id in window if queue == short]
             found.update((row.id, row) for row in await self.reader.hydrate_active(short, entries, now, running))
-        finished, expired = await self._hydrate_finished([job_id for _, queue, job_id in window if queue is None])
+        finished, expired = await self.hydrate_finished([job_id for _, queue, job_id in window if queue is None])
         found.update((row.id, row) for row in finished)
         if expired:  # results expire an hour after the job ended; drop their ids from either set
             for status in FINISHED_STATUSES:
@@ -207,7 +207,7 @@ class JobTable:
                 return
             start += len(entries)
             budget.spend(len(entries))
-            rows, expired = await self._hydrate_finished([member.decode() for member in entries])
+            rows, expired = await self.hydrate_finished([member.decode() for member in entries])
             if expired:
                 await self.redis.zrem(done, *expired)
                 start -= len(expired)
@@ -215,7 +215,8 @@ class JobTable:
                 if self._matches(row, query):
                     yield row
 
-    async def _hydrate_finished(self, ids: Sequence[str]) -> tuple[list[JobRow], list[str]]:
+    async def hydrate_finished(self, ids: Sequence[str]) -> tuple[list[JobRow], list[str]]:
+        """Finished jobs by id with their retry links, and the ids whose result expired."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.get(result_key(job_id))

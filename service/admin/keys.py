@@ -25,6 +25,12 @@ The dashboard's own keys, under the deployment's prefix (``Settings.queue_prefix
     <p>:admin:workers-seen     hash: queue -> the last health line seen and when (shows a down worker's last line)
     <p>:admin:retried-as:<id>  the id of the job that retried failed job <id> (expires with its result)
     <p>:admin:retry-of:<id>    the failed job that job <id> retries
+    <p>:admin:traceback:<id>   the stack trace of failed job <id>, written by the worker as it fails
+                               (arq keeps only ``Type: message``); expires with its result
+    <p>:admin:processes        hash: ``<host>|<pid>|<queue>`` -> the worker's last heartbeat (JSON:
+                               host, pid, queue, started, seen, RSS, running job ids, slots)
+    <p>:admin:durations        hash: ``<queue>|<function>|<status>|<le>`` job counts per duration
+                               bucket, plus ``...|sum_ms`` and ``...|count``, for ``/metrics``
 """
 
 from __future__ import annotations
@@ -104,6 +110,17 @@ class AdminKeys:
 
     def retry_of(self, job_id: str) -> str:
         return f"{self.prefix}:admin:retry-of:{job_id}"
+
+    def traceback(self, job_id: str) -> str:
+        return f"{self.prefix}:admin:traceback:{job_id}"
+
+    @property
+    def processes(self) -> str:
+        return f"{self.prefix}:admin:processes"
+
+    @property
+    def durations(self) -> str:
+        return f"{self.prefix}:admin:durations"
 
 
 def stats_field(status: str, queue: str, function: str) -> str:

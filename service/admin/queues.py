@@ -2,25 +2,22 @@
 
 Never ``KEYS`` (nor arq's ``all_job_results``, which uses it). Counts come from ``ZCOUNT`` on the
 queue sorted sets, a ``SCAN`` of ``arq:in-progress:*`` (few keys: one per running job) and the
-worker-kept counters; per-kind counts peek at the first bytes of each waiting job with a pipelined
-``GETRANGE``. The job table (``jobtable``) and the workers' health (``health``) read through a
-:class:`QueueReader`.
+worker-kept counters. The page's tally (``tally``), the job table (``jobtable``) and the workers'
+health (``health``) read through a :class:`QueueReader`.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from service.admin.jobrecord import (
-    FUNCTION_PEEK_BYTES,
     JobRow,
+    JobStatus,
     active_row,
     finished_row,
-    function_of_peek,
 )
 from service.admin.keys import (
     ABORT_SET,
@@ -39,8 +36,6 @@ if TYPE_CHECKING:
     from service.engine.runtime import Engine
 
 SCAN_COUNT = 1000
-# Waiting jobs whose kind is counted; past it the per-kind counts are marked inexact.
-KIND_SCAN_LIMIT = 20_000
 
 
 def now_ms() -> int:
@@ -49,9 +44,14 @@ def now_ms() -> int:
 
 @dataclass
 class QueueCounts:
+    """One queue's (or job kind's) jobs by state. The page's tally (``tally``) counts jobs waiting to
+    run again after a try (``retrying``) apart from ``queued``/``deferred``; the sampler's cheap
+    ``overview`` leaves ``retrying`` at 0 and counts them as queued or deferred."""
+
     queued: int = 0
     deferred: int = 0
     in_progress: int = 0
+    retrying: int = 0
     complete: int = 0
     failed: int = 0
     retried: int = 0
@@ -116,7 +116,9 @@ class QueueReader:
                     running[job_id] = short
         return running
 
-    async def overview(self, *, kinds: bool = True) -> Overview:
+    async def overview(self) -> Overview:
+        """Counts per queue, cheaply (no job is read): what the sampler records each interval. The
+        page's counts, per kind and with jobs waiting to retry apart, come from ``tally``."""
         now = now_ms()
         running = await self.running()
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -129,44 +131,8 @@ class QueueReader:
         for i, short in enumerate(self.queues):
             in_progress = sum(1 for q in running.values() if q == short)
             queues[short] = QueueCounts(queued=max(0, zcounts[2 * i] - in_progress), deferred=zcounts[2 * i + 1], in_progress=in_progress)
-        by_kind: dict[str, QueueCounts] = defaultdict(QueueCounts)
-        for raw_field, raw_value in stats.items():
-            parsed = parse_stats_field(raw_field.decode())
-            if parsed is None or parsed[1] not in self.short:
-                continue
-            status, queue, function = parsed
-            if status in {"complete", "failed", "retried"}:
-                setattr(queues[self.short[queue]], status, getattr(queues[self.short[queue]], status) + int(raw_value))
-                setattr(by_kind[function], status, getattr(by_kind[function], status) + int(raw_value))
-        exact = True
-        if kinds:
-            exact = await self._count_waiting_kinds(by_kind, now, running)
-        return Overview(queues=queues, kinds=dict(by_kind) if kinds else {}, kinds_exact=exact, at_ms=now)
-
-    async def _count_waiting_kinds(self, by_kind: dict[str, QueueCounts], now: int, running: dict[str, str]) -> bool:
-        """Add queued/deferred/in-progress per function; False when a queue was longer than the limit."""
-        exact = True
-        for full in self.queues.values():
-            entries = await self.redis.zrange(full, 0, KIND_SCAN_LIMIT - 1, withscores=True)
-            exact = exact and len(entries) < KIND_SCAN_LIMIT
-            for start in range(0, len(entries), 1000):
-                chunk = entries[start : start + 1000]
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for member, _ in chunk:
-                        pipe.getrange(job_key(member.decode()), 0, FUNCTION_PEEK_BYTES - 1)
-                    heads = await pipe.execute()
-                for (member, score), head in zip(chunk, heads, strict=True):
-                    if not head:
-                        continue  # finished between the two reads
-                    counts = by_kind[function_of_peek(head) or "<unknown>"]
-                    job_id = member.decode()
-                    if job_id in running:
-                        counts.in_progress += 1
-                    elif score > now:
-                        counts.deferred += 1
-                    else:
-                        counts.queued += 1
-        return exact
+        add_done_counts(stats, self.short, queues, None)
+        return Overview(queues=queues, at_ms=now)
 
     async def hydrate_active(self, short: str, entries: Sequence[tuple[bytes, float]], now: int, running: dict[str, str]) -> list[JobRow]:
         """The rows of waiting or running jobs of one queue, given as (id, score); jobs gone meanwhile are left out."""
@@ -200,10 +166,11 @@ class QueueReader:
             pipe.get(result_key(job_id))
             pipe.get(self.keys.retried_as(job_id))
             pipe.get(self.keys.retry_of(job_id))
+            pipe.get(self.keys.traceback(job_id))
             for full in self.queues.values():
                 pipe.zscore(full, job_id)
             pipe.exists(in_progress_key(job_id))
-            result, retried_as, retry_of, *scores, running = await pipe.execute()
+            result, retried_as, retry_of, trace, *scores, running = await pipe.execute()
         if result is not None:
             row = finished_row(job_id, result, queue_short=self.short)
             if row is not None and row.queue not in self.queues:
@@ -217,7 +184,24 @@ class QueueReader:
             row = rows[0] if rows else None
         if row is None:
             return None
+        if trace is not None and row.status is JobStatus.FAILED:
+            row = replace(row, traceback=trace.decode(errors="replace"))
         return (await self.describer.describe([linked_row(row, retried_as, retry_of)]))[0]
+
+
+def add_done_counts(stats: dict[bytes, bytes], short: dict[str, str], queues: dict[str, QueueCounts], kinds: dict[str, QueueCounts] | None) -> None:
+    """Add the workers' complete/failed/retried counters (the stats hash) to ``queues`` and ``kinds``."""
+    for raw_field, raw_value in stats.items():
+        parsed = parse_stats_field(raw_field.decode())
+        if parsed is None or parsed[1] not in short:
+            continue
+        status, queue, function = parsed
+        if status in {"complete", "failed", "retried"}:
+            counts = queues[short[queue]]
+            setattr(counts, status, getattr(counts, status) + int(raw_value))
+            if kinds is not None:
+                kind = kinds.setdefault(function, QueueCounts())
+                setattr(kind, status, getattr(kind, status) + int(raw_value))
 
 
 def linked_row(row: JobRow, retried_as: bytes | None, retry_of: bytes | None) -> JobRow:

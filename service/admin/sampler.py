@@ -1,7 +1,8 @@
 """The dashboard's history of the last hour: every ``interval`` a sample of queue depth and done counters.
 
 A background task of the app (``admin_context``) writes one JSON sample per interval
-into a sorted set scored by time and trims it to an hour. Every front end runs the task; a short
+into a sorted set scored by time and trims it to an hour, and refreshes what ``/metrics`` reports
+of the queues (``metrics``). Every front end runs the task; a short
 ``SET NX`` lock lets one of them sample per interval. Throughput is derived when read: the
 change of each queue's complete + failed counters between two samples, per minute.
 """
@@ -22,6 +23,7 @@ from redis.exceptions import RedisError
 from service.admin.health import worker_health
 from service.admin.jobtable import JobTable
 from service.admin.keys import AdminKeys
+from service.admin.metrics import refresh_metrics
 from service.admin.operations import JobOperations
 from service.admin.queues import QueueReader, now_ms
 from service.admin.targets import JobDescriber
@@ -62,7 +64,7 @@ async def record_sample(state: AdminState) -> bool:
     lock_ms = max(50, int(state.interval_s * 900))
     if not await redis.set(state.keys.sampler_lock, b"1", nx=True, px=lock_ms):
         return False
-    overview = await state.reader.overview(kinds=False)
+    overview = await state.reader.overview()
     await worker_health(state.reader)  # remembers each live health line, so a worker that dies shows its last one
     sample = {
         "t": overview.at_ms,
@@ -103,6 +105,7 @@ async def _sample_until(state: AdminState, stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
             await record_sample(state)
+            await refresh_metrics(state.reader)
         except (RedisError, OSError) as exc:
             log.warning("dashboard sample skipped", extra={"error": str(exc)})
         with contextlib.suppress(TimeoutError):

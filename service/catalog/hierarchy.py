@@ -10,7 +10,7 @@ by ``PARENT_WEIGHT`` times how far its parent stands below the best parent of th
 
 Members of the best-matching parent keep their score, members of weaker ones fall, and a list whose
 hits share one parent (or whose parents have no record) keeps its order. The parent's cosine is shown
-in ``whyMatched`` (``parent``). One filtered dense search per list, over the parents' records only.
+in ``whyMatched`` (``parent``). One filtered dense search per list, over the parents' records only (a request's lists in one store call).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from service.auth import GLOBAL_TENANT
 from service.catalog.keys import Kind, record_key
-from service.engine.store import Filter, MatchAny
+from service.engine.store import DenseQuery, Filter, MatchAny
 
 if TYPE_CHECKING:
     from service.engine.embeddings import Embedder
@@ -54,12 +54,25 @@ def parent_of(payload: Any) -> tuple[str, str] | None:
 
 async def apply_parent_evidence(index: RecordIndex, embedder: Embedder, vector: Sequence[float], hits: list[M]) -> list[M]:
     """``hits`` rescored by their parents' match to ``vector`` (see module doc), best first."""
-    parents = {hit.payload.get("key"): parent_of(hit.payload) for hit in hits}
-    keys = sorted({p[0] for p in parents.values() if p is not None})
-    if len(keys) < 2:
-        return hits
-    found = await index.search_dense(embedder.vector_name, vector, Filter(must=(MatchAny("key", tuple(keys)),)), limit=len(keys))
-    cosine = {str(h.payload.get("key")): h.score for h in found}
+    return (await apply_parent_evidence_batch(index, embedder, [(vector, hits)]))[0]
+
+
+async def apply_parent_evidence_batch(index: RecordIndex, embedder: Embedder, lists: Sequence[tuple[Sequence[float], list[M]]]) -> list[list[M]]:
+    """Each (vector, hits) list rescored as ``apply_parent_evidence`` does, every list's parents found in one store call."""
+    parents = [{hit.payload.get("key"): parent_of(hit.payload) for hit in hits} for _, hits in lists]
+    keys = [sorted({p[0] for p in of_list.values() if p is not None}) for of_list in parents]
+    searched = [i for i, wanted in enumerate(keys) if len(wanted) >= 2]
+    out = [hits for _, hits in lists]
+    if not searched:
+        return out
+    queries = [DenseQuery(embedder.vector_name, lists[i][0], Filter(must=(MatchAny("key", tuple(keys[i])),)), len(keys[i])) for i in searched]
+    for i, found in zip(searched, await index.search_batch(queries), strict=True):
+        out[i] = _rescore(out[i], parents[i], {str(h.payload.get("key")): h.score for h in found})
+    return out
+
+
+def _rescore(hits: list[M], parents: Mapping[Any, tuple[str, str] | None], cosine: Mapping[str, float]) -> list[M]:
+    """Move each hit by its parent's ``cosine`` below the best parent's; unchanged with fewer than two parents found."""
     if len(cosine) < 2:
         return hits
     best = max(cosine.values())

@@ -14,7 +14,7 @@ from service.catalog.markdown import collapse_whitespace
 from service.catalog.ranking import why_matched
 from service.catalog.state import catalog_index
 from service.catalog.waiting import user_tenants
-from service.engine.store import Filter, Match, MatchAny, StoreError
+from service.engine.store import DenseQuery, Filter, Hit, Match, MatchAny, StoreError, TextQuery
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -32,16 +32,19 @@ async def find_memories(engine: Engine, caller: Caller, q_terms: str, vector: li
     found: dict[str, dict[str, Any]] = {}
     index = catalog_index(engine)
     embedder = engine.embedders.default
+    text_hits: list[Hit] | None = None
     if vector is not None and embedder is not None:
-        try:
-            hits = await index.search_dense(embedder.vector_name, vector, flt, limit=MAX_MEMORIES)
+        try:  # both channels in one store call
+            hits, text_hits = await index.search_batch([DenseQuery(embedder.vector_name, vector, flt, MAX_MEMORIES), TextQuery(q_terms, flt, MAX_MEMORIES)])
         except StoreError:
             hits = []
         for hit in hits:
             if hit.score >= MEMORY_COSINE:
                 found[str(hit.payload["key"])] = _one_liner(hit.payload, terms, hit.score)
     if terms:
-        for hit in await index.search_text(q_terms, flt, limit=MAX_MEMORIES):
+        if text_hits is None:
+            text_hits = await index.search_text(q_terms, flt, limit=MAX_MEMORIES)
+        for hit in text_hits:
             matched = why_matched(terms, hit.payload)
             if len(matched) / len(terms) >= MEMORY_TERM_SHARE:
                 found.setdefault(str(hit.payload["key"]), _one_liner(hit.payload, terms, None))

@@ -18,7 +18,6 @@ unscoped results (they are only searched with a domain scope).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -27,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from service.catalog.hierarchy import apply_parent_evidence
+from service.catalog.hierarchy import apply_parent_evidence, apply_parent_evidence_batch
 from service.catalog.keys import Kind
 from service.catalog.state import catalog_index
 from service.engine.analyzer import spoken
 from service.engine.intents import split_intents, task_terms
 from service.engine.search import dense_and_text, embed_queries_or_notice
-from service.engine.store import Filter, Hit
+from service.engine.store import DenseQuery, Filter, Hit, StoreError, TextQuery
 
 if TYPE_CHECKING:
     from service.engine.embeddings import Embedder
@@ -180,16 +179,18 @@ async def _retrieve_intents(
     channel is not ready (the caller answers with one list)."""
     # The whole request's vector is the mean of its intents' (its own would cost one more, long encode).
     vectors = [mean_vector(intent_vectors), *intent_vectors]
-    texts = [query, *intents]
-    found = await asyncio.gather(
-        *(dense_and_text(index, text, flt, embedder=embedder, limit=prefetch, vector=v, terms=task_terms(text)) for text, v in zip(texts, vectors, strict=True))
-    )
-    if any(f.vector is None for f in found):
+    terms = [task_terms(text) for text in [query, *intents]]
+    # Every list's dense and BM25 candidates in one store call.
+    queries = [q for v, t in zip(vectors, terms, strict=True) for q in (DenseQuery(embedder.vector_name, v, flt, prefetch), TextQuery(t, flt, prefetch))]
+    try:
+        found = await index.search_batch(queries)
+    except StoreError as exc:
+        log.info("dense search unavailable", extra={"error": str(exc)})
         return None
-    lists = [relevant_hits(fuse(f.dense, f.text, f.query_terms.split())) for f in found]
-    lists = list(await asyncio.gather(*(apply_parent_evidence(index, embedder, v, hits) for v, hits in zip(vectors, lists, strict=True))))
+    lists = [relevant_hits(fuse(found[2 * i], found[2 * i + 1], t.split())) for i, t in enumerate(terms)]
+    lists = await apply_parent_evidence_batch(index, embedder, list(zip(vectors, lists, strict=True)))
     hits = combine_intents(lists[0], list(zip(intents, lists[1:], strict=True)))
-    return Retrieval(hits, "hybrid", list(found[0].notices), found[0].vector, found[0].query_terms, intents)
+    return Retrieval(hits, "hybrid", [], vectors[0], terms[0], intents)
 
 
 def mean_vector(vectors: Sequence[Sequence[float]]) -> list[float]:

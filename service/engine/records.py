@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from service.engine.analyzer import ANALYZER_VERSION
-from service.engine.store import CollectionSpec, Filter, Hit, Match, MatchAny, PointRecord, point_id
+from service.engine.store import CollectionSpec, Filter, Hit, Match, MatchAny, PointRecord, Query, point_id
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -148,6 +148,10 @@ class Collection:
     async def search_text(self, query_terms: str, filter: Filter | None = None, *, limit: int = 10) -> list[Hit]:
         """BM25 over the records' ``terms``; ``query_terms`` is analyzer output."""
         return await self.engine.store.search_text(self.collection, query_terms, filter, limit=limit)
+
+    async def search_batch(self, queries: Sequence[Query]) -> list[list[Hit]]:
+        """Several dense and BM25 queries in one store call, each answered as alone, in order."""
+        return await self.engine.store.search_batch(self.collection, queries)
 
     async def flush(self) -> None:
         """Make every acknowledged write durable."""

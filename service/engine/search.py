@@ -16,7 +16,7 @@ from enum import StrEnum
 from service.engine.analyzer import query_terms
 from service.engine.embeddings import Embedder
 from service.engine.records import RecordIndex
-from service.engine.store import Filter, Hit, Store, StoreError
+from service.engine.store import DenseQuery, Filter, Hit, Store, StoreError, TextQuery
 from service.errors import EmbeddingUnavailable
 
 log = logging.getLogger(__name__)
@@ -138,13 +138,22 @@ async def dense_and_text(
             vector = await embed_query_or_notice(embedder, query, notices)
         if vector is not None and embedder is not None:
             try:
+                if text:  # both channels in one store call
+                    dense_hits, text_hits = await records.search_batch(
+                        [DenseQuery(embedder.vector_name, vector, filter, limit), TextQuery(terms, filter, limit)]
+                    )
+                    return Candidates(dense_hits, text_hits, vector, terms, notices)
                 dense_hits = await records.search_dense(embedder.vector_name, vector, filter, limit=limit)
             except StoreError as exc:
-                # A collection whose first embeddings have not landed has no vector yet: answer lexically.
-                log.info("dense search unavailable", extra={"error": str(exc)})
-                notices.append(f"semantic results are not ready yet (embedding in progress); {LEXICAL_ONLY}")
+                dense_unavailable(exc, notices)
                 vector = None
-    text_hits: list[Hit] = []
+    text_hits = []
     if text or vector is None:
         text_hits = await records.search_text(terms, filter, limit=limit)
     return Candidates(dense_hits, text_hits, vector, terms, notices)
+
+
+def dense_unavailable(exc: StoreError, notices: list[str]) -> None:
+    """A collection whose first embeddings have not landed has no vector yet: say so, answer lexically."""
+    log.info("dense search unavailable", extra={"error": str(exc)})
+    notices.append(f"semantic results are not ready yet (embedding in progress); {LEXICAL_ONLY}")

@@ -2,7 +2,7 @@
 
 ``admin_test_hold`` is the one job the service does not have: it waits until the test releases
 it (a Redis key), so a test can keep a job queued or running for as long as it needs; then it
-returns, fails or asks to be retried. It runs in the real in-process arq worker, next to the
+returns, fails or asks to be retried (soon, or in ten minutes). It runs in the real in-process arq worker, next to the
 service's own jobs, which the tests use wherever they can (a failing ``embed_records``, ``sweep``,
 ``warm_workspace``).
 """
@@ -32,7 +32,7 @@ HOLD = "admin_test_hold"
 
 
 async def hold_job(ctx: dict[str, Any], name: str, outcome: str = "ok") -> dict[str, str]:
-    """Wait for the test's release key; then succeed, fail, or retry once (``outcome``)."""
+    """Wait for the test's release key; then succeed, fail, or retry once soon or in ten minutes (``outcome``)."""
     prefix = ctx["engine"].settings.queue_prefix
     while not await ctx["redis"].exists(release_key(prefix, name), release_key(prefix, "*all*")):
         await asyncio.sleep(0.05)
@@ -40,6 +40,8 @@ async def hold_job(ctx: dict[str, Any], name: str, outcome: str = "ok") -> dict[
         raise ValueError(f"{name} failed on purpose")
     if outcome == "retry" and ctx["job_try"] == 1:
         raise Retry(defer=0.05)
+    if outcome == "retry_later" and ctx["job_try"] == 1:
+        raise Retry(defer=600)  # waits in the Retries tab until someone retries it now
     return {"held": name}
 
 
@@ -78,11 +80,11 @@ def prefix_of(client: TestClient[Any, Any]) -> str:
     return prefix
 
 
-async def enqueue_hold(client: TestClient[Any, Any], name: str, outcome: str = "ok", *, defer_s: float | None = None, fast: bool = False) -> str:
-    """Enqueue a hold job (embed queue unless ``fast``); returns its id."""
+async def enqueue_hold(client: TestClient[Any, Any], name: str, outcome: str = "ok", *, defer_s: float | None = None, fast: bool = False, bulk: bool = False) -> str:
+    """Enqueue a hold job (embed queue unless ``fast`` or ``bulk``); returns its id."""
     engine = client.app[ENGINE]
     job_id = f"{engine.settings.queue_prefix}:test:{name}"
-    job = await engine.queue.enqueue(HOLD, name, outcome, job_id=job_id, fast=fast, defer_s=defer_s)
+    job = await engine.queue.enqueue(HOLD, name, outcome, job_id=job_id, fast=fast, bulk=bulk, defer_s=defer_s)
     assert job is not None
     return job_id
 
@@ -134,4 +136,30 @@ def csrf_of(html: str) -> str:
     match = re.search(r'<meta name="csrf-token" content="([0-9a-f]+)">', html)
     assert match, "the page carries its CSRF token"
     return match.group(1)
+
+
+async def get_page(client: TestClient[Any, Any], path: str, headers: dict[str, str] = ADMIN, status: int = 200) -> str:
+    response = await client.get(path, headers=headers)
+    html = await response.text()
+    assert response.status == status, (path, response.status, html[:500])
+    return html
+
+
+def header_counts(html: str) -> dict[str, int]:
+    """The header bar's counts of a page: busy, queues, retries, scheduled, dead, processed, failed."""
+    return {name: int(value) for name, value in re.findall(r'<span class="count" id="count-(\w+)">(\d+)</span>', html)}
+
+
+def tab_ids(html: str) -> list[str]:
+    """The job ids listed by a tab page's table, in order."""
+    body = re.search(r'<tbody id="tab-rows">(.*?)</tbody>', html, re.S)
+    assert body, "the page is a tab"
+    return re.findall(r'<tr data-job-id="([^"]+)"', body.group(1))
+
+
+def queue_cells(html: str, queue: str) -> dict[str, int]:
+    """The counts of one queue's row of a page's queue table."""
+    row = re.search(rf'<tr data-queue="{re.escape(queue)}">(.*?)</tr>', html, re.S)
+    assert row, f"the page has a row for queue {queue}"
+    return {name: int(value) for name, value in re.findall(r'data-count="(\w+)">(\d+)<', row.group(1))}
 

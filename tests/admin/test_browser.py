@@ -1,5 +1,8 @@
 """The dashboard in headless Chromium (Playwright, Debian's ``chromium``): log in, watch counts change as jobs
-run, retry a failed job, abort a queued one, read it with JavaScript off. Screenshots go to test-artifacts/.
+run, retry a failed job, abort a queued one, read it with JavaScript off; the tabs and their counts, bulk
+retry, the confirmation before a delete (confirm(), or the server's page with JavaScript off), and the
+layout at 390 px. Screenshots go to test-artifacts/; with ``AGENTSEARCH_ADMIN_SCREENSHOTS=docs`` each
+tab's also goes to docs/admin-<tab>.png.
 
 One browser and one app for the module (each costs seconds); each test uses its own jobs and page.
 """
@@ -23,7 +26,7 @@ from service.settings import Settings
 from service.state import ENGINE
 from tests.admin.helpers import HOLD, admin_client, enqueue_hold, job, release, wait_status
 from tests.callers import ADMIN, TEST_SECRET, token_of
-from tests.helpers import REDIS_URL
+from tests.helpers import REDIS_URL, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -99,6 +102,12 @@ async def _log_in(page: Any, base: str) -> None:
     await page.wait_for_url(f"{base}/admin")
 
 
+async def _answer(dialog: Any, asked: list[str], *, accept: bool) -> None:
+    """Answer the page's confirm() as an admin would, noting its question."""
+    asked.append(dialog.message)
+    await (dialog.accept() if accept else dialog.dismiss())
+
+
 def _cell(page: Any, kind: str, field: str) -> Any:
     return page.locator(f'#kind-counts tr[data-kind="{kind}"] td[data-count="{field}"]')
 
@@ -144,8 +153,11 @@ async def test_live_dashboard_retry_and_abort_in_chromium(browser: Browser, serv
         queued = await enqueue_hold(served, "b-queued")
         row = page.locator(f'#jobs-body tr[data-job-id="{queued}"]')
         await expect(row).to_have_attribute("data-status", "queued", timeout=TIMEOUT_MS)
-        await row.locator("button.abort").click()
+        asked: list[str] = []
+        page.once("dialog", lambda dialog: _answer(dialog, asked, accept=True))
+        await row.locator("button.abort").click()  # Abort asks first (confirm())
         await expect(page.locator("#notice")).to_contain_text(f"Abort of job {queued} requested", timeout=TIMEOUT_MS)
+        assert asked == [f"Abort job {queued}?"]
         await expect(row).to_contain_text("abort requested", timeout=TIMEOUT_MS)
         await release(served, "b-busy")
         await expect(row).to_contain_text("failed (aborted)", timeout=TIMEOUT_MS)
@@ -187,3 +199,117 @@ async def test_dashboard_reads_and_acts_with_javascript_off(browser: Browser, se
         await page.screenshot(path=str(ARTIFACTS / "admin-dashboard-no-js.png"), full_page=True)
     finally:
         await context.close()
+
+
+TABS = ("busy", "queues", "retries", "scheduled", "dead")
+# Set to a folder (docs) to save a screenshot of each tab there: docs/admin-<tab>.png.
+SCREENSHOTS = os.environ.get("AGENTSEARCH_ADMIN_SCREENSHOTS")
+
+
+async def _fail_for_real(served: Any, name: str) -> str:
+    """A real job failing for real on the bulk queue: embed_records of a collection no surface owns."""
+    job_id = f"{served.app[ENGINE].settings.queue_prefix}:test:{name}"
+    await served.app[ENGINE].queue.enqueue("embed_records", "no-such-collection", [["k", "h"]], job_id=job_id, bulk=True)
+    await wait_status(served, job_id, "failed")
+    return job_id
+
+
+async def test_tabs_agree_with_their_counts_and_fit_a_phone(browser: Browser, served: Any) -> None:
+    base = str(served.make_url("")).rstrip("/")
+    running = await enqueue_hold(served, "t-run")
+    await wait_status(served, running, "in_progress")
+    waiting = await enqueue_hold(served, "t-wait")
+    later = await enqueue_hold(served, "t-later", defer_s=600)
+    again = await enqueue_hold(served, "t-again", "retry_later", fast=True)
+    await release(served, "t-again")
+    await wait_status(served, again, "deferred")
+    dead = await _fail_for_real(served, "t-dead")
+    expected = {"busy": running, "queues": waiting, "retries": again, "scheduled": later, "dead": dead}
+    desktop = await browser.new_context(viewport={"width": 1280, "height": 900})
+    phone = await browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = await desktop.new_page()
+        await _log_in(page, base)
+        if SCREENSHOTS:
+            await page.screenshot(path=str(ROOT / SCREENSHOTS / "admin-dashboard.png"), full_page=True)
+        for tab in TABS:
+            await page.click(f'#tabs a[data-tab="{tab}"]')  # the tabs are plain links
+            await page.wait_for_url(f"{base}/admin/{tab}")
+            rows = page.locator("#tab-rows tr[data-job-id]")
+            await expect(page.locator(f"#count-{tab}")).to_have_text(str(await rows.count()))
+            await expect(page.locator(f'#tab-rows tr[data-job-id="{expected[tab]}"]')).to_have_count(1)
+            if SCREENSHOTS:
+                await page.screenshot(path=str(ROOT / SCREENSHOTS / f"admin-{tab}.png"), full_page=True)
+        await page.goto(f"{base}/admin/jobs/{dead}")
+        await expect(page.locator("#job-traceback")).to_contain_text("LookupError")
+        if SCREENSHOTS:
+            await page.screenshot(path=str(ROOT / SCREENSHOTS / "admin-dead-job.png"), full_page=True)
+
+        small = await phone.new_page()
+        await _log_in(small, base)
+        for path in ("/admin", *(f"/admin/{tab}" for tab in TABS), f"/admin/jobs/{dead}"):
+            await small.goto(f"{base}{path}")
+            width = await small.evaluate("document.scrollingElement.scrollWidth")
+            assert width <= 390, f"{path} is {width} px wide at 390 px: the page scrolls sideways"
+        await small.goto(f"{base}/admin/dead")
+        await small.locator(f'#tab-rows tr[data-job-id="{dead}"] button.retry').click()
+        notice = small.locator("#notice")
+        await expect(notice).to_contain_text(f"Job {dead} retried as", timeout=TIMEOUT_MS)
+        box = await notice.bounding_box()
+        assert box is not None and box["y"] < 50 and box["x"] >= 0 and box["x"] + box["width"] <= 390, box  # at the top, in view
+        if SCREENSHOTS:
+            await small.screenshot(path=str(ROOT / SCREENSHOTS / "admin-phone-dead.png"))
+    finally:
+        await release(served, "t-run")
+        await release(served, "t-wait")
+        await desktop.close()
+        await phone.close()
+
+
+async def test_bulk_retry_and_confirmed_delete_on_dead(browser: Browser, served: Any) -> None:
+    base = str(served.make_url("")).rstrip("/")
+    failed = [await _fail_for_real(served, f"k-{i}") for i in range(3)]
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    plain = await browser.new_context(java_script_enabled=False, viewport={"width": 1280, "height": 900})
+    try:
+        page = await context.new_page()
+        await _log_in(page, base)
+        await page.goto(f"{base}/admin/dead")
+        for job_id in failed[:2]:
+            await page.locator(f'#tab-rows input[value="{job_id}"]').check()
+        await page.click("#bulk-retry")
+        await expect(page.locator("#notice")).to_contain_text("Retried: 2 jobs", timeout=TIMEOUT_MS)
+        for job_id in failed[:2]:  # back in the queue under a new id: it runs (and fails again, for the same reason)
+            retried_as = (await job(served, job_id))["retried_as"]
+            assert (await wait_status(served, retried_as, "failed"))["retry_of"] == job_id
+            await expect(page.locator(f'#tab-rows tr[data-job-id="{job_id}"]')).to_have_count(0)
+
+        # Delete asks first: dismissed, nothing is deleted; accepted, the job is gone.
+        asked: list[str] = []
+        await page.locator(f'#tab-rows input[value="{failed[2]}"]').check()
+        page.once("dialog", lambda dialog: _answer(dialog, asked, accept=False))
+        await page.click("#bulk-delete")
+        await wait_until(lambda: len(asked) == 1, timeout_s=10)
+        assert (await job(served, failed[2]))["status"] == "failed"
+        page.once("dialog", lambda dialog: _answer(dialog, asked, accept=True))
+        await page.click("#bulk-delete")
+        await expect(page.locator("#notice")).to_contain_text("Deleted: 1 job", timeout=TIMEOUT_MS)
+        assert asked == ["Delete the selected jobs? This cannot be undone."] * 2
+        await expect(page.locator(f'#tab-rows tr[data-job-id="{failed[2]}"]')).to_have_count(0)
+
+        # With JavaScript off the server asks: a confirmation page, then the delete.
+        survivor = await _fail_for_real(served, "k-nojs")
+        bare = await plain.new_page()
+        await _log_in(bare, base)
+        await bare.goto(f"{base}/admin/dead")
+        await bare.locator(f'#tab-rows input[value="{survivor}"]').check()
+        await bare.click("#bulk-delete")
+        await expect(bare.locator("#confirm h2")).to_have_text("Delete 1 job from Dead? This cannot be undone.")
+        assert (await job(served, survivor))["status"] == "failed"
+        await bare.click("#confirm-form button")
+        await bare.wait_for_url(f"{base}/admin/dead")
+        await expect(bare.locator("#notice")).to_contain_text("Deleted: 1 job")
+        await expect(bare.locator(f'#tab-rows tr[data-job-id="{survivor}"]')).to_have_count(0)
+    finally:
+        await context.close()
+        await plain.close()

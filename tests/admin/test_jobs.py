@@ -23,7 +23,7 @@ from tests.admin.helpers import (
 from tests.callers import ADMIN, auth
 from tests.helpers import wait_until
 
-ZERO = {"queued": 0, "deferred": 0, "in_progress": 0, "complete": 0, "failed": 0, "retried": 0}
+ZERO = {"queued": 0, "deferred": 0, "in_progress": 0, "retrying": 0, "complete": 0, "failed": 0, "retried": 0}
 
 
 async def _embed_queue(client: TestClient[Any, Any]) -> dict[str, int]:

@@ -70,3 +70,5 @@ async def test_ranking_asks_for_one_channel_alone_and_a_bad_value_is_400(client:
     assert all(r.get("scoreFrom") is None for r in dense["results"])  # a channel alone: nothing of the served ranking
     error = await search(client, {"query": "rain", "ranking": "bm25"}, status=400)
     assert "ranking must be one of served, lexical, dense" in error["error"]["message"]
+    empty = await search(client, {"query": "rain", "ranking": ""}, status=400)  # empty is not the default
+    assert "got ''" in empty["error"]["message"]

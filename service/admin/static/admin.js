@@ -1,14 +1,16 @@
 // The dashboard's script: refreshes the page's numbers from the JSON admin API without a reload,
 // and posts the action forms with fetch (the CSRF token goes in X-CSRF-Token). The page is fully
 // rendered by the server, so everything here is an enhancement: with JavaScript off, it reloads
-// itself (<meta refresh>) and the forms post as plain HTML forms.
+// itself (<meta refresh>) and the forms post as plain HTML forms. A destructive action (a form or
+// button with data-confirm) asks with confirm() first; with JavaScript off the server asks instead.
+// The header's counts, the queue tables and the workers come from one response (the page's tally).
 "use strict";
 (function () {
   // The server says how often (never slower than every 5 s; sooner when it samples sooner).
   const REFRESH_MS = Number(document.documentElement.dataset.refreshMs) || 5000;
   const INDEX_REFRESH_MS = 30000;
-  const COUNT_FIELDS = ["queued", "deferred", "in_progress", "complete", "failed", "retried"];
-  const WORKER_FIELDS = ["complete", "failed", "retried", "ongoing", "queued"];
+  const COUNT_FIELDS = ["queued", "deferred", "in_progress", "retrying", "complete", "failed", "retried"];
+  const NOTICE_KEY = "agentsearch-admin-notice";
   const JOB_PARAMS = ["status", "kind", "surface", "tenant", "queue", "offset", "limit"];
   const csrfMeta = document.querySelector('meta[name="csrf-token"]');
   const csrf = csrfMeta ? csrfMeta.content : "";
@@ -57,8 +59,12 @@
   }
 
   function renderOverview(overview) {
-    replaceRows("queue-counts", Object.entries(overview.queues).map(([name, c]) => countRow("data-queue", name, c)), "no queues", 7);
-    replaceRows("kind-counts", Object.entries(overview.kinds).map(([name, c]) => countRow("data-kind", name, c)), "no jobs yet", 7);
+    replaceRows("queue-counts", Object.entries(overview.queues).map(([name, c]) => countRow("data-queue", name, c)), "no queues", 8);
+    replaceRows("kind-counts", Object.entries(overview.kinds).map(([name, c]) => countRow("data-kind", name, c)), "no jobs yet", 8);
+    for (const [name, value] of Object.entries(overview.counts || {})) {
+      const count = document.getElementById(`count-${name}`);
+      if (count) count.textContent = String(value);
+    }
   }
 
   function renderWorkers(body) {
@@ -71,20 +77,19 @@
           el("th", {}, w.queue),
           el("td", { class: `status status-${w.status}` }, w.status, w.reason ? el("br") : null, w.reason ? el("small", {}, w.reason) : null),
           el("td", { class: "num" }, w.age_s === null ? "" : `${w.age_s} s`),
+          el("td", {}, el("code", {}, w.line || "")),
         );
-        for (const field of WORKER_FIELDS) row.append(el("td", { class: "num" }, w[field] === null ? "" : String(w[field])));
-        row.append(el("td", {}, el("code", {}, w.line || "")));
         return row;
       }),
       "no workers",
-      9,
+      4,
     );
   }
 
-  function actionForm(action, label, cls) {
+  function actionForm(action, label, cls, question) {
     return el(
       "form",
-      { method: "post", action, "data-api": true, class: "inline" },
+      { method: "post", action, "data-api": true, "data-confirm": question || null, class: "inline" },
       el("input", { type: "hidden", name: "csrf", value: csrf }),
       el("button", { type: "submit", class: cls }, label),
     );
@@ -94,7 +99,7 @@
     const actions = [];
     if (job.status === "failed" && !job.retried_as) actions.push(actionForm(jobApi(job.id, "retry"), "Retry", "retry"));
     if (["queued", "deferred", "in_progress"].includes(job.status) && !job.abort_requested)
-      actions.push(actionForm(jobApi(job.id, "abort"), "Abort", "abort"));
+      actions.push(actionForm(jobApi(job.id, "abort"), "Abort", "abort", `Abort job ${job.id}?`));
     return actions;
   }
 
@@ -181,12 +186,16 @@
     }
   }
 
+  let noticeTimer = null;
   function notice(text, failed) {
     const box = document.getElementById("notice");
     if (!box) return;
     box.textContent = text;
+    box.append(el("button", { type: "button", class: "close", "aria-label": "dismiss" }, "×"));
     box.hidden = false;
     box.classList.toggle("error", Boolean(failed));
+    clearTimeout(noticeTimer);
+    if (!failed) noticeTimer = setTimeout(() => (box.hidden = true), 10000);
   }
 
   async function refreshChart() {
@@ -234,6 +243,13 @@
   }
 
   function outcomeText(body) {
+    if (body.action) {
+      const refused = Object.entries(body.refused || {});
+      let text = `${body.action}: ${body.done.length} job${body.done.length === 1 ? "" : "s"}`;
+      if (refused.length) text += `; ${refused.length} refused (first: ${refused[0][0]}: ${refused[0][1]})`;
+      if (body.left) text += `; ${body.left} more not done in this press, press again`;
+      return text + ".";
+    }
     if (body.retry_of) return `Job ${body.retry_of} retried as ${body.job.id}.`;
     if (body.abort_requested) return `Abort of job ${body.id} requested.`;
     return `Enqueued ${body.function} as job ${body.id}.`;
@@ -249,21 +265,52 @@
       refresh();
       return;
     }
+    const submitter = event.submitter;
+    const question = (submitter && submitter.dataset.confirm) || form.dataset.confirm;
+    if (question && !window.confirm(question)) {
+      event.preventDefault();
+      return;
+    }
     if (!form.hasAttribute("data-api")) return;
     event.preventDefault();
+    const action = (submitter && submitter.getAttribute("formaction")) || form.action;
+    const onTab = Boolean(document.getElementById("tab-rows"));
     try {
-      const body = await api(form.action, { method: "POST", headers: { "X-CSRF-Token": csrf }, body: new FormData(form) });
+      const body = await api(action, { method: "POST", headers: { "X-CSRF-Token": csrf }, body: new FormData(form) });
       notice(outcomeText(body), false);
       if (body.retry_of && document.getElementById("job-detail")) {
         window.location.assign(jobHref(body.job.id));
+        return;
+      }
+      if (onTab) {
+        // A tab lists what its counts count: show the new list (and counts) with the notice kept.
+        sessionStorage.setItem(NOTICE_KEY, outcomeText(body));
+        window.location.reload();
         return;
       }
     } catch (error) {
       notice(error.message, true);
     }
     if (document.getElementById("job-detail")) refreshJob();
-    else refresh();
+    else if (!onTab) refresh();
   });
+
+  document.addEventListener("click", (event) => {
+    if (event.target.closest("#notice .close")) document.getElementById("notice").hidden = true;
+    const all = event.target.closest("#pick-all");
+    if (all) for (const box of document.querySelectorAll('#tab-rows input[type="checkbox"]')) box.checked = all.checked;
+  });
+
+  const carried = sessionStorage.getItem(NOTICE_KEY);
+  const served = document.getElementById("notice");
+  if (carried) {
+    sessionStorage.removeItem(NOTICE_KEY);
+    notice(carried, false);
+  } else if (served && !served.hidden) {
+    notice(served.textContent, served.classList.contains("error"));  // adds the close button
+  }
+  const pickAll = document.getElementById("pick-all");
+  if (pickAll) pickAll.hidden = false;
 
   document.addEventListener("click", (event) => {
     const link = event.target.closest("#jobs-newer, #jobs-older");

@@ -127,6 +127,28 @@ class Hit:
     payload: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class DenseQuery:
+    """One query of a batch: nearest points by cosine on ``vector_name``, as ``Store.search_dense``."""
+
+    vector_name: str
+    vector: Sequence[float]
+    filter: Filter | None = None
+    limit: int = 10
+
+
+@dataclass(frozen=True)
+class TextQuery:
+    """One query of a batch: BM25 over the text index, as ``Store.search_text`` (no terms: no hits)."""
+
+    query_terms: str
+    filter: Filter | None = None
+    limit: int = 10
+
+
+Query = DenseQuery | TextQuery
+
+
 class StoreError(Exception):
     """The backend failed (I/O, disk full, server unreachable); the message says which."""
 
@@ -210,6 +232,11 @@ class Store(Protocol):
         rrf_k: int = 60,
     ) -> list[Hit]:
         """One engine call: prefetch dense top-K and BM25 top-K, fuse with RRF (score = RRF score)."""
+
+    async def search_batch(self, collection: str, queries: Sequence[Query]) -> list[list[Hit]]:
+        """Several dense and BM25 queries in one engine call: each one's hits, in the order of
+        ``queries``, as ``search_dense`` or ``search_text`` answers it alone. A vector the collection
+        lacks fails the whole batch (StoreError)."""
 
     async def flush(self) -> None:
         """Make every acknowledged write durable."""

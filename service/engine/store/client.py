@@ -27,7 +27,7 @@ from typing import Any
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from .base import CollectionSpec, Filter, Hit, PointRecord, StoreError, VectorSpec
+from .base import CollectionSpec, DenseQuery, Filter, Hit, PointRecord, Query, StoreError, VectorSpec
 from .client_codec import floats, hits, optional_filter, qdrant_filter, record_out, vector_sizes, vectors_in
 
 logger = logging.getLogger(__name__)
@@ -276,6 +276,30 @@ class QdrantClientStore:
                 with_payload=True,
             )
         return hits(response.points)
+
+    async def search_batch(self, collection: str, queries: Sequence[Query]) -> list[list[Hit]]:
+        """The queries as one ``query_batch_points`` request."""
+        requests: list[models.QueryRequest] = []
+        for query in queries:
+            if isinstance(query, DenseQuery):
+                requests.append(
+                    models.QueryRequest(
+                        query=floats(query.vector), using=query.vector_name, filter=optional_filter(query.filter), limit=query.limit, with_payload=True
+                    )
+                )
+            elif query.query_terms.split():
+                text_field = await self._text_field(collection)
+                requests.append(
+                    models.QueryRequest(
+                        query=models.TextQuery(text=query.query_terms), using=text_field, filter=optional_filter(query.filter), limit=query.limit, with_payload=True
+                    )
+                )
+        answered: list[models.QueryResponse] = []
+        if requests:
+            with _errors("search a batch", collection):
+                answered = await self._client.query_batch_points(collection, requests=requests)
+        found = iter(answered)
+        return [hits(next(found).points) if isinstance(query, DenseQuery) or query.query_terms.split() else [] for query in queries]
 
     async def flush(self) -> None:
         """Nothing to do: every write waited until the server applied it (its WAL is durable)."""

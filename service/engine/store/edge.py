@@ -16,8 +16,12 @@ Facts about qdrant-edge 0.9 that shape this module (measured on the 2-core dev m
 - A second process's ``load()`` of a shard breaks the owner's next ``flush()``, hence our own lock
   on the directory, taken before any shard is touched.
 - Edge optimizes only when asked (``optimize()``). Unoptimized segments are searched exactly:
-  4.6 ms at 20k points, 10.9 ms at 50k; after HNSW 1.5-1.9 ms, but building it blocks the whole
-  process (17 s at 20k, 65 s at 50k). See ``EdgeStore.optimize``.
+  2.3 ms at 20k points, 4.7 ms at 50k, 10 ms at 100k, 17 ms at 200k (p50, idle machine); after HNSW
+  0.8-2 ms, but building it blocks the whole process (17 s at 20k, 65 s at 50k, ~4 min at 100k). So
+  the store builds HNSW away from the serving process (``EdgeStore.build_index``, ``edge_build``):
+  once a collection holds ``index_threshold_points`` unindexed vectors, a child process optimizes a
+  copy of the shard, and the result replaces the shard after the writes made meanwhile are replayed
+  on it. The serving process only pays for loading the result (one GIL hold, see BENCHMARKS.md).
 - ``MatchValue(True)`` reaches the engine as the integer 1 and never matches a boolean payload, so
   top-level boolean payload values are mirrored into keyword shadow fields (``edge_codec``).
 - The engine refuses a shard without any vector, so a collection created with no dense vector gets
@@ -37,13 +41,14 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
-from .base import CollectionSpec, Filter, Hit, PointRecord, StoreError, StoreFullError, VectorSpec
+from .base import CollectionSpec, DenseQuery, Filter, Hit, PointRecord, Query, StoreError, StoreFullError, VectorSpec
+from .edge_build import BuildFailed, copy_shard, optimize_copy, read_through
 from .edge_codec import (
     EDGE_MATCHES_BOOLS,
     edge_filter,
@@ -55,7 +60,15 @@ from .edge_codec import (
     shadow,
     vectors_in,
 )
-from .edge_collection import EdgeCollection, create_collection, open_collection, payload_indexes
+from .edge_collection import (
+    EXACT_SEARCH_POINTS,
+    EdgeCollection,
+    build_dir,
+    create_collection,
+    open_collection,
+    payload_indexes,
+    threshold_kb,
+)
 from .edge_lock import lock_directory, unlock_directory
 
 logger = logging.getLogger(__name__)
@@ -68,6 +81,10 @@ WRITE_CHUNK_POINTS = 256
 # Free space every write leaves on the data volume: a few growth steps of the engine's mapped files.
 DISK_RESERVE_BYTES = 128 * 1024 * 1024
 
+# After a failed index build, or one that indexed nothing new, wait this long before the next try.
+BUILD_RETRY_S = 600.0
+# How often a running build checks whether the writes made meanwhile overflowed its change log.
+_OUTRUN_CHECK_S = 1.0
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
@@ -76,14 +93,26 @@ class EdgeStore:
 
     The constructor takes an exclusive lock on ``root`` and raises ``StoreLockedError`` (naming the
     owner's pid) if another process holds it. Collections open lazily on first use.
+
+    ``index_threshold_points``: segments of at least this many 384-d vectors get an HNSW graph, and a
+    collection with this many unindexed vectors gets a background index build (``build_index``)
+    when ``background_index`` is on; smaller ones are searched exactly.
     """
 
     backend = "qdrant-edge"
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, *, index_threshold_points: int = EXACT_SEARCH_POINTS, background_index: bool = True
+    ) -> None:
+        if index_threshold_points < 1:
+            raise StoreError(f"index_threshold_points must be at least 1, not {index_threshold_points}")
         self.root = Path(root)
+        self.index_threshold_points = index_threshold_points
+        self.background_index = background_index
         self._lock_fd: int | None = lock_directory(self.root)
         self._collections: dict[str, EdgeCollection] = {}
+        self._builds: dict[str, asyncio.Task[bool]] = {}
+        self._next_build_at: dict[str, float] = {}
         logger.info("edge store opened", extra={"root": str(self.root), "pid": os.getpid()})
 
     @classmethod
@@ -96,7 +125,8 @@ class EdgeStore:
     async def ensure_collection(self, spec: CollectionSpec, vectors: Sequence[VectorSpec] = ()) -> None:
         coll = self._open_collection(spec.name, missing_ok=True)
         if coll is None:
-            coll = self._collections[spec.name] = create_collection(self.root, spec, vectors)
+            coll = create_collection(self.root, spec, vectors, index_threshold_points=self.index_threshold_points)
+            self._collections[spec.name] = coll
         async with coll.write_lock:
             with coll.errors("read the payload indexes"):
                 existing = set(coll.shard.info().payload_schema)
@@ -140,6 +170,7 @@ class EdgeStore:
                 coll.update("upsert points", qe.UpdateOperation.upsert_points(edge_points), len(chunk))
                 await asyncio.sleep(0)  # let queued queries run between chunks
             coll.maybe_flush()
+        self._maybe_build(coll)
 
     async def overwrite_payload(self, collection: str, point_id: str, payload: Mapping[str, Any]) -> None:
         coll = self._collection(collection)
@@ -172,6 +203,7 @@ class EdgeStore:
                 coll.update("update vectors", qe.UpdateOperation.update_vectors(point_vectors), len(chunk))
                 await asyncio.sleep(0)
             coll.maybe_flush()
+        self._maybe_build(coll)
 
     async def delete(self, collection: str, point_ids: Sequence[str]) -> None:
         coll = self._collection(collection)
@@ -270,11 +302,11 @@ class EdgeStore:
     # ---- maintenance -----------------------------------------------------------------------
 
     async def optimize(self, collection: str) -> bool:
-        """Merge segments and build HNSW graphs for segments over ``edge_collection.EXACT_SEARCH_POINTS``.
+        """Merge segments and build HNSW graphs for segments over ``index_threshold_points``, in this process.
 
         Blocks the whole process while it runs (it holds the GIL: 17 s at 20k points, 65 s at 50k
-        on 2 cores), so call it from maintenance (a CLI command, before serving), never on the
-        request path. Returns whether anything changed.
+        on 2 cores), so call it only where nothing else is served (a CLI command, a bench); a
+        serving process uses ``build_index``. Returns whether anything changed.
         """
         coll = self._collection(collection)
         async with coll.write_lock:
@@ -300,9 +332,39 @@ class EdgeStore:
             async with coll.write_lock:
                 coll.flush()
 
+    async def build_index(self, collection: str) -> bool:
+        """Build HNSW graphs for the collection in a child process and swap the result in; returns whether it did.
+
+        Steps: under the write lock, copy the shard directory (writes wait for the copy, queries
+        do not); a child process optimizes the copy (``edge_build``) while this process serves
+        from its shard and logs every write; under the write lock again, load the result, replay
+        the logged writes on it, and point the sidecar at it. Queries keep running on the old shard
+        until that moment; the load is the one long GIL hold (0.04-0.12 s at 100k points, see
+        BENCHMARKS.md). A build abandons itself when the writes logged meanwhile pass
+        ``edge_collection.CHANGE_LOG_MAX_POINTS``.
+        A crash at any step leaves the sidecar naming a complete shard; the next open removes the
+        other. Joins the build already running for the collection, if any. Raises ``StoreError``
+        when the build fails.
+        """
+        coll = self._collection(collection)
+        task = self._builds.get(collection) or self._start_build(coll)
+        return await asyncio.shield(task)
+
+    def building(self, collection: str) -> bool:
+        """Whether an index build of ``collection`` is running."""
+        return collection in self._builds
+
+    async def unindexed_vectors(self, collection: str) -> int:
+        """Dense vectors of ``collection`` outside any HNSW graph, which every dense query scans exactly."""
+        return self._collection(collection).unindexed_vectors()
+
     async def close(self) -> None:
         if self._lock_fd is None:
             return
+        builds = list(self._builds.values())
+        for task in builds:
+            task.cancel()
+        await asyncio.gather(*builds, return_exceptions=True)
         try:
             await self.flush()
         finally:
@@ -331,13 +393,168 @@ class EdgeStore:
         coll = self._collections.get(name)
         if coll is not None:
             return coll
-        coll = open_collection(self.root, name)
+        coll = open_collection(self.root, name, index_threshold_points=self.index_threshold_points)
         if coll is None:
             if missing_ok:
                 return None
             raise StoreError(f"collection {name!r} does not exist under {self.root}; call ensure_collection first")
         self._collections[name] = coll
+        self._maybe_build(coll)
         return coll
+
+    # ---- index builds: away from this process, swapped in under the write lock ---------------
+
+    def _maybe_build(self, coll: EdgeCollection) -> None:
+        """Start a background index build when the collection has enough unindexed vectors and none runs."""
+        name = coll.spec.name
+        if not self.background_index or name in self._builds or time.monotonic() < self._next_build_at.get(name, 0.0):
+            return
+        if not coll.vectors or coll.unindexed_vectors() < self.index_threshold_points * len(coll.vectors):
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # opened outside an event loop: the next write or open starts it
+            return
+        self._start_build(coll)
+
+    def _start_build(self, coll: EdgeCollection) -> asyncio.Task[bool]:
+        name = coll.spec.name
+        task = asyncio.get_running_loop().create_task(self._build(coll), name=f"edge-index-build-{name}")
+        self._builds[name] = task
+
+        def done(finished: asyncio.Task[bool]) -> None:
+            self._builds.pop(name, None)
+            if finished.cancelled():
+                return
+            error = finished.exception()
+            if error is not None:
+                logger.warning("edge index build failed", extra={"collection": name, "error": str(error)})
+                self._next_build_at[name] = time.monotonic() + BUILD_RETRY_S
+            elif self._lock_fd is not None:
+                self._maybe_build(coll)  # writes replayed on the result may be past the threshold again
+
+        task.add_done_callback(done)
+        return task
+
+    async def _build(self, coll: EdgeCollection) -> bool:
+        name = coll.spec.name
+        target = coll.path / coll.next_shard_dir()
+        work = build_dir(target)
+        started = time.monotonic()
+        _, indexed_before = coll.vector_counts()
+        try:
+            await self._copy_for_build(coll, work)
+            report = await self._optimize_unless_outrun(coll, work)
+            if report is not None:
+                await _in_thread(read_through, work)  # no page fault from disk while the engine holds the GIL
+            pause = None if report is None else await self._swap_in(coll, work, target)
+            if report is None or pause is None:
+                # Writes outran the build (a bulk load): the next write past the threshold starts over.
+                logger.warning("edge index build abandoned: too many writes during it", extra={"collection": name})
+                return False
+        except BuildFailed as exc:
+            raise StoreError(f"qdrant-edge could not build the index of collection {name!r} under {self.root}: {exc}") from exc
+        finally:
+            coll.change_log = None
+            await _in_thread(_remove_unless_live, coll, work, target)
+        stored, indexed = coll.vector_counts()
+        logger.info(
+            "edge index built",
+            extra={
+                "collection": name,
+                "seconds": round(time.monotonic() - started, 2),
+                "build_seconds": report.get("seconds"),
+                "swap_pause_ms": round(pause * 1e3, 1),
+                "indexed_before": indexed_before,
+                "indexed_after": indexed,
+                "unindexed_after": max(0, stored - indexed),
+            },
+        )
+        if int(report.get("indexed_vectors", 0)) <= indexed_before:  # segments under the threshold: do not loop
+            self._next_build_at[name] = time.monotonic() + BUILD_RETRY_S
+        return True
+
+    async def _optimize_unless_outrun(self, coll: EdgeCollection, work: Path) -> dict[str, Any] | None:
+        """The child's report on optimizing ``work``; None, with the child killed, once the change log overflows."""
+        optimize = asyncio.ensure_future(
+            optimize_copy(work, coll.vectors, coll.placeholder_name, threshold_kb(coll.index_threshold_points))
+        )
+        try:
+            while True:
+                done, _ = await asyncio.wait([optimize], timeout=_OUTRUN_CHECK_S)
+                if done:
+                    return optimize.result()
+                if coll.change_log is None:
+                    return None
+        finally:
+            if not optimize.done():
+                optimize.cancel()
+                await asyncio.gather(optimize, return_exceptions=True)
+
+    async def _copy_for_build(self, coll: EdgeCollection, work: Path) -> None:
+        """Copy the live shard to ``work`` and start logging writes; writes wait for the copy, queries do not.
+
+        No flush first (it holds the GIL 100-250 ms on a large appendable segment): with no write
+        running, the files and WAL are in the state a killed process leaves, which the child's
+        load recovers from by replaying the WAL.
+        """
+        async with coll.write_lock:
+            live = coll.path / coll.shard_dir
+            need = await _in_thread(_tree_bytes, live)
+            try:
+                free = shutil.disk_usage(self.root).free
+            except OSError as exc:
+                raise StoreError(f"cannot read the free space of the index directory {self.root}: {exc}") from exc
+            if free - need < DISK_RESERVE_BYTES:
+                raise StoreFullError(
+                    f"no room to build the index of collection {coll.spec.name!r}: its copy needs {need // 2**20} MB and "
+                    f"{self.root} has {free // 2**20} MB free (keeping {DISK_RESERVE_BYTES // 2**20} MB in reserve)"
+                )
+            await _in_thread(shutil.rmtree, work, True)
+            with coll.errors("copy the shard for an index build"):
+                await _in_thread(copy_shard, live, work)
+            coll.change_log, coll.change_log_points = [], 0
+
+    async def _swap_in(self, coll: EdgeCollection, work: Path, target: Path) -> float | None:
+        """Load the built shard, replay the writes logged since the copy, and make it the live shard.
+
+        Returns the longest single pause of the event loop this caused (the load), in seconds, or
+        None when the change log overflowed (nothing swapped).
+        """
+        async with coll.write_lock:
+            log = coll.change_log
+            if log is None:
+                return None
+            with coll.errors("move the built shard in place"):
+                await _in_thread(os.replace, work, target)
+            load_started = time.monotonic()
+            with coll.errors("load the built shard"):
+                shard = qe.EdgeShard.load(str(target))
+            pause = time.monotonic() - load_started
+            old, old_dir = coll.shard, coll.shard_dir
+            try:
+                # One logged op is at most one write chunk; the old shard is complete, so queries
+                # keep using it between ops. The replayed ops are durable in the new shard's WAL.
+                for op in log:
+                    await asyncio.sleep(0)
+                    with coll.errors("replay the writes made during the index build"):
+                        shard.update(op)
+                coll.shard_dir = target.name
+                coll.write_sidecar()  # the commit point: from here on the new shard is the live one
+            except BaseException:
+                if coll.shard_dir != old_dir:  # the sidecar may name the new shard already: name the old again
+                    coll.shard_dir = old_dir
+                    coll.write_sidecar()
+                shard.close()
+                raise
+            coll.shard, coll.changes_since_flush, coll.change_log = shard, coll.change_log_points, None
+        try:
+            await asyncio.sleep(0)
+            with coll.errors("close the replaced shard"):
+                old.close()
+        finally:
+            await _in_thread(shutil.rmtree, coll.path / old_dir, True)
+        return pause
 
     def _ensure_space(self, collection: str) -> None:
         """Refuse a write that could leave the volume without room for the engine's next file growth."""
@@ -358,9 +575,52 @@ class EdgeStore:
             points = coll.shard.query(request)
         return [Hit(id=str(p.id), score=float(p.score), payload=payload_out(p.payload)) for p in points]
 
+    async def search_batch(self, collection: str, queries: Sequence[Query]) -> list[list[Hit]]:
+        """The queries as one ``query_batch`` of the shard (planned together: one pass over the segments)."""
+        coll = self._collection(collection)
+        requests: list[qe.QueryRequest] = []
+        for query in queries:
+            if isinstance(query, DenseQuery):
+                nearest = qe.Query.Nearest(floats(query.vector), using=query.vector_name)
+                requests.append(qe.QueryRequest(limit=query.limit, query=nearest, filter=optional_filter(query.filter), with_payload=True))
+            elif query.query_terms.split():
+                text = qe.TextQuery(coll.spec.text_field, query.query_terms)
+                requests.append(qe.QueryRequest(limit=query.limit, query=text, filter=optional_filter(query.filter), with_payload=True))
+        answered: list[list[qe.ScoredPoint]] = []
+        if requests:
+            with coll.errors("search a batch"):
+                answered = coll.shard.query_batch(qe.QueryBatchRequest(requests))
+        found = iter(answered)
+        return [
+            [Hit(id=str(p.id), score=float(p.score), payload=payload_out(p.payload)) for p in next(found)]
+            if isinstance(query, DenseQuery) or query.query_terms.split()
+            else []
+            for query in queries
+        ]
+
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
 
-__all__ = ["DISK_RESERVE_BYTES", "EdgeStore"]
+async def _in_thread(func: Callable[..., T], *args: Any) -> T:
+    """``func(*args)`` in a worker thread; if cancelled, wait for the thread before raising, so no file work outlives us."""
+    future = asyncio.ensure_future(asyncio.to_thread(func, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait([future])
+        raise
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _remove_unless_live(coll: EdgeCollection, *paths: Path) -> None:
+    for path in paths:
+        if path.name != coll.shard_dir:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+__all__ = ["BUILD_RETRY_S", "DISK_RESERVE_BYTES", "EdgeStore"]

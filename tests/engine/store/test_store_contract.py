@@ -24,6 +24,7 @@ from qdrant_client import AsyncQdrantClient
 
 from service.engine.store import (
     CollectionSpec,
+    DenseQuery,
     Filter,
     HasVector,
     Match,
@@ -33,6 +34,7 @@ from service.engine.store import (
     Store,
     StoreError,
     StoreLockedError,
+    TextQuery,
     VectorSpec,
     point_id,
 )
@@ -304,6 +306,39 @@ async def test_hybrid_rrf_keeps_each_side_and_scores_by_rank(store: Store, colle
 
 
 # ---- filters -------------------------------------------------------------------------------
+
+
+async def test_a_batch_answers_each_query_as_it_would_alone(store: Store, collection: str) -> None:
+    points = [rec(collection, f"b{i}", "B", "secret payroll", axis(0)) for i in range(3)]
+    points += [rec(collection, f"a{i}", "A", f"payroll report{i}", unit(1, 1 + i)) for i in range(4)]
+    points += [rec(collection, "a-text-only", "A", "payroll ledger")]
+    await ready(store, collection, points)
+    only_a = Filter(must=(Match("tenant", "A"),))
+    queries = [
+        DenseQuery("dense", axis(0), only_a, limit=3),
+        TextQuery("payroll report2", only_a, limit=10),
+        TextQuery("   ", only_a),  # no terms: no hits, as search_text
+        DenseQuery("dense", axis(1), limit=20),
+        TextQuery("nothingmatches"),
+    ]
+    batch = await store.search_batch(collection, queries)
+    alone = [
+        await store.search_dense(collection, "dense", axis(0), only_a, limit=3),
+        await store.search_text(collection, "payroll report2", only_a, limit=10),
+        [],
+        await store.search_dense(collection, "dense", axis(1), limit=20),
+        [],
+    ]
+    assert [keys(hits) for hits in batch] == [keys(hits) for hits in alone]
+    for got, want in zip(batch, alone, strict=True):
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)
+        assert [dict(h.payload) for h in got] == [dict(h.payload) for h in want]
+    assert len(batch[0]) == 3 and {h.payload["tenant"] for h in batch[0] + batch[1]} == {"A"}
+    assert "a-text-only" not in keys(batch[3])  # a point without the vector is skipped, as search_dense
+    assert await store.search_batch(collection, []) == []
+    assert await store.search_batch(collection, [TextQuery(""), TextQuery(" ")]) == [[], []]
+    with pytest.raises(StoreError):
+        await store.search_batch(collection, [TextQuery("payroll"), DenseQuery("absent", axis(0))])
 
 
 async def test_filter_conditions(store: Store, collection: str) -> None:

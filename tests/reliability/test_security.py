@@ -655,7 +655,7 @@ async def _state_is(client: Client, workspace_id: str, headers: dict[str, str], 
 
 
 def _operations() -> list[tuple[str, str]]:
-    concrete = {"{id}": "ws_00000000000000000000", "{job_id}": "some-job", "{ref}": "package:x", "{template}": "t", "{name}": "n"}
+    concrete = {"{id}": "ws_00000000000000000000", "{job_id}": "some-job", "{ref}": "package:x", "{template}": "t", "{name}": "n", "{tab}": "dead", "{action}": "retry"}
     found = []
     for path, item in CONTRACT["paths"].items():
         for method in item:

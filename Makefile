@@ -26,6 +26,11 @@ test: $(STAMP) chromium
 chromium:
 	command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
+# The code search scale bench compares against ripgrep on the same tree (`python -m bench.bench_code --scale`).
+.PHONY: ripgrep
+ripgrep:
+	command -v rg >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ripgrep)
+
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m bench
 

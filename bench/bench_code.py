@@ -14,6 +14,7 @@ Tables (markdown), all measured in this run on this machine:
 
     python -m bench.bench_code          # quick: stdlib without its tests, ~2,000 chunks embedded
     python -m bench.bench_code --full   # the whole stdlib, ~6,000 chunks embedded
+    python -m bench.bench_code --scale  # site-packages through a served process against ripgrep (bench_code_scale)
 """
 
 from __future__ import annotations
@@ -461,6 +462,11 @@ async def load_model(engine: Engine) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if "--scale" in arguments:  # code search at monorepo scale against ripgrep: its own options
+        from bench import bench_code_scale
+
+        return bench_code_scale.main(arguments)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="the whole stdlib and more embedded chunks")
     parser.add_argument("--no-quality", action="store_true", help="skip CoSQA (embedding 6,267 snippets takes minutes)")

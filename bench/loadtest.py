@@ -126,6 +126,7 @@ def service_env(workdir: Path, prefix: str, extra_env: dict[str, str] | None = N
         "AGENTSEARCH_LOG_LEVEL": "WARNING",
         "AGENTSEARCH_ALLOWED_ROOTS": str(workdir / "workspaces"),
         "AGENTSEARCH_SINGLE_TENANT": "true",  # the load's user registers under the plain base
+        "AGENTSEARCH_STARTER_DATA": "false",  # measured data only
         **(extra_env or {}),
     }
 

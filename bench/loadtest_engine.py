@@ -5,11 +5,10 @@ directory a stopped ``agentsearch serve`` loaded, with the settings that service
 ``send(kind, text)`` runs one search of ``kind`` the way its HTTP handler would after parsing the
 body and before building the answer:
 
-    catalog  the ranked path of ``service.catalog.search.search``: the built-in domains and the
-             broad-query check (a broad query lists the domain index instead), ``retrieve`` under
-             the caller's ranked filter, ``relevant_hits``, the caller's memories and the Waiting
-             check; not the exact-package lookup, the export parents, MCP-server pairing (none of
-             them has records in the load's data), the rerank stage (off by default) or the cards
+    catalog  ``service.catalog.search.search`` up to the cards: the built-in domains and the
+             broad-query check (a broad query lists the domain index instead), the exact-package
+             lookup, then the catalog's own ``ranked_hits`` (retrieval, arrangement, the rerank
+             stage, memories, the Waiting check); not ``render_ranked``
     actions  ``service.actions.search.search`` up to the ranking: the current catalog, the
              caller's visible instances and units, ``rank``; not the result rows
     code     ``service.code.search.search_workspace`` (revalidation, lexical and semantic passes,
@@ -31,17 +30,15 @@ from service.actions.ranking import rank
 from service.actions.state import catalog_for
 from service.actions.visibility import select_units, visible_instances
 from service.auth import Caller, caller_from_claims
+from service.catalog.answers import SearchContext, exact_package_answer
 from service.catalog.domains import cached_builtin_domains, domain_index, is_broad
-from service.catalog.memories import find_memories
-from service.catalog.ranked import ranked_filter
-from service.catalog.ranking import relevant_hits, retrieve
-from service.catalog.state import catalog_state
-from service.catalog.waiting import check_waiting
+from service.catalog.ranked import ranked_hits
+from service.catalog.search import parse_body as parse_catalog_search
 from service.code.parsing import parse_search_body as parse_code_search
 from service.code.search import search_workspace
 from service.code.state import workspaces_of
 from service.code.workspace import Workspace
-from service.engine.deadline import search_budget_s
+from service.engine.deadline import Deadline, search_budget_s
 from service.engine.runtime import Engine
 from service.engine.startup import open_engine
 from service.settings_loader import load_settings
@@ -88,15 +85,16 @@ class EngineTarget:
 
 async def catalog_search(target: EngineTarget, text: str) -> None:
     engine, caller = target.engine, target.caller
-    query = text.strip()
+    request = parse_catalog_search({"query": text})
+    ctx = SearchContext(engine, caller, request, Deadline(search_budget_s(engine.settings.request_deadline_s)))
+    query = (request.query or "").strip()
     builtins = await cached_builtin_domains(engine)
     if is_broad(query, builtins, None):
         await domain_index(engine, caller)
         return
-    retrieval = await retrieve(engine, query, ranked_filter(caller, None, False))
-    relevant_hits(retrieval.hits)
-    await find_memories(engine, caller, retrieval.query_terms, retrieval.vector)
-    await check_waiting(catalog_state(engine).waiting_source, engine, caller)
+    if await exact_package_answer(ctx, query) is not None:
+        return
+    await ranked_hits(ctx, query, None)
 
 
 async def action_search(target: EngineTarget, text: str) -> None:

@@ -85,6 +85,7 @@ class ServiceUnderTest:
             "AGENTSEARCH_JOB_TIMEOUT_S": "600",
             "AGENTSEARCH_REVALIDATE_INTERVAL_S": "3600",
             "AGENTSEARCH_PREWARM_EMBEDDINGS": "true",
+            "AGENTSEARCH_STARTER_DATA": "false",  # measured data only
         }
 
     async def __aenter__(self) -> ServiceUnderTest:

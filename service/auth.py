@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -197,6 +198,47 @@ def mint_token(
 # ---- verifying -------------------------------------------------------------------------------------
 
 
+# Tokens verified lately, so that a caller's every request does not check its signature again.
+VERIFIED_TOKENS_MAX = 4096
+
+
+class VerifiedTokens:
+    """A bounded LRU of verified tokens and their callers. The key is the token with everything its
+    verification depended on (the secret, audience, issuer and maximum lifetime), so a rotated
+    secret or changed rules verify afresh; an entry ends at the token's ``exp`` (a token past it is
+    verified again, and refused)."""
+
+    def __init__(self, maxsize: int = VERIFIED_TOKENS_MAX) -> None:
+        self.maxsize = maxsize
+        self._entries: OrderedDict[tuple[str, str | None, str | None, int, str], tuple[float, Caller]] = OrderedDict()
+
+    def get(self, key: tuple[str, str | None, str | None, int, str]) -> Caller | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        expires_at, caller = entry
+        if time.time() >= expires_at:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return caller
+
+    def put(self, key: tuple[str, str | None, str | None, int, str], expires_at: float, caller: Caller) -> None:
+        self._entries[key] = (expires_at, caller)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.maxsize:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+VERIFIED = VerifiedTokens()
+
+
 def verify_token(
     secret: str,
     token: str,
@@ -210,8 +252,23 @@ def verify_token(
 
     ``dev_data_dir``: the data directory whose generated secret ``secret`` is (unset when the
     operator configured the secret); a signature mismatch then names it, as the likely cause is a
-    token minted with another data directory's secret.
+    token minted with another data directory's secret. A token verified before under the same
+    secret and rules answers from ``VERIFIED`` until its ``exp``.
     """
+    key = (secret, audience, issuer, max_ttl_s, token)
+    cached = VERIFIED.get(key)
+    if cached is not None:
+        return cached
+    caller, exp = _verify(secret, token, audience=audience, issuer=issuer, max_ttl_s=max_ttl_s, dev_data_dir=dev_data_dir)
+    # exp is at most max_ttl_s from now (checked): the entry never outlives the lifetime rules.
+    VERIFIED.put(key, min(exp, time.time() + max_ttl_s), caller)
+    return caller
+
+
+def _verify(
+    secret: str, token: str, *, audience: str | None, issuer: str | None, max_ttl_s: int, dev_data_dir: Path | None
+) -> tuple[Caller, float]:
+    """``verify_token`` without the cache: the caller and the token's ``exp``."""
     try:
         jwt.get_unverified_header(token)
     except jwt.InvalidTokenError:
@@ -231,7 +288,7 @@ def verify_token(
     except jwt.InvalidTokenError as exc:
         _refuse(_reason(exc, token, dev_data_dir))
     _check_lifetime(claims, max_ttl_s)
-    return caller_from_claims(claims)
+    return caller_from_claims(claims), float(claims["exp"])
 
 
 def verify_token_for(settings: Settings, secret: str, token: str) -> Caller:

@@ -21,6 +21,8 @@ from service.settings_loader import load_settings
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from service.engine.surface import SurfaceDef
+
 
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
@@ -45,8 +47,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from service.app import create_app
+    from service.starter.banner import log_serving
+    from service.starter.loader import starter_context, starter_due, starter_in_place, with_starter_base
+    from service.userstate import service_record_context
 
-    settings = _settings(args)
+    settings = with_starter_base(_settings(args))
     configure_logging(settings.log_level)
     logging.getLogger(__name__).info(
         "starting agentsearch", extra={"store": settings.store_kind, "data_dir": str(settings.data_dir)}
@@ -54,7 +59,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service.code.roots import describe_bases
 
     logging.getLogger(__name__).info("%s", describe_bases(settings), extra={"single_tenant": settings.is_single_tenant})
-    web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None, access_log=None)
+    app = create_app(settings)
+    app.cleanup_ctx.append(service_record_context(settings))  # `search` and `token` find it by this record
+    if starter_due(settings):  # a new data directory: the starter set loads beside serving
+        app.cleanup_ctx.append(starter_context())
+    starter = starter_in_place(settings)
+    # run_app calls `print` once its sites listen: the lines then say where, and what to try.
+    web.run_app(app, host=settings.host, port=settings.port, print=lambda _: log_serving(settings, starter=starter), access_log=None)
     return 0
 
 
@@ -90,14 +101,28 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from service.auth import load_or_create_secret, mint_token
+    """Mint a token with the secret the service verifies with; say on stderr which secret that is.
+
+    Without a secret (none configured, no ``jwt-secret`` in the data directory) it refuses, naming the
+    data directory of a service this user runs, unless ``--new-secret`` asks for a new one."""
+    import secrets as secrets_module
+
+    from service.auth import SECRET_FILE, mint_token
+    from service.fileonce import create_once
 
     settings = _settings(args)
-    secret = settings.jwt_secret or load_or_create_secret(settings.data_dir)
+    secret_path = (settings.data_dir / SECRET_FILE).expanduser().absolute()
+    candidate: str | None = None
+    if settings.jwt_secret:
+        secret = settings.jwt_secret
+    else:
+        existing = _read_secret(secret_path)
+        secret = existing or (candidate := secrets_module.token_urlsafe(48))
     teams = tuple(t.strip() for t in (args.teams or "").split(",") if t.strip())
-    try:
-        token = mint_token(
-            secret,
+
+    def mint(key: str) -> str:
+        return mint_token(
+            key,
             sub=args.sub,
             org=args.org,
             teams=teams,
@@ -108,9 +133,24 @@ def cmd_token(args: argparse.Namespace) -> int:
             issuer=settings.jwt_issuer,
             max_ttl_s=settings.jwt_max_ttl_s,
         )
+
+    try:
+        token = mint(secret)  # the claims are checked before any secret is written
     except ValueError as exc:
         print(f"agentsearch token: {exc}", file=sys.stderr)
         return 2
+    if candidate is not None:
+        if not args.new_secret:
+            print(_no_secret_message(secret_path, given=bool(args.data_dir)), file=sys.stderr)
+            return 2
+        create_once(secret_path, candidate, mode=0o600)
+        winner = secret_path.read_text().strip()
+        if winner != candidate:  # another process created it first: its secret is the one
+            token = mint(winner)
+        _never_indexed(settings.data_dir)
+    print(f"agentsearch token: signed with {_secret_origin(settings, secret_path, created=candidate is not None)}", file=sys.stderr)
+    if not settings.jwt_secret:
+        _note_other_services(secret_path.parent)
     if args.json:
         import jwt
 
@@ -119,6 +159,69 @@ def cmd_token(args: argparse.Namespace) -> int:
     else:
         print(token)
     return 0
+
+
+def _read_secret(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _secret_origin(settings: Settings, secret_path: Path, *, created: bool) -> str:
+    from service.userstate import SECRET_FROM_ENVIRONMENT, secret_source
+
+    if settings.jwt_secret:
+        if secret_source(settings) == SECRET_FROM_ENVIRONMENT:
+            return "AGENTSEARCH_JWT_SECRET from the environment"
+        return f"jwt_secret from the settings file {os.environ.get('AGENTSEARCH_CONFIG', '')}".rstrip()
+    return f"a new secret, written to {secret_path}" if created else f"the secret in {secret_path}"
+
+
+def _no_secret_message(secret_path: Path, *, given: bool) -> str:
+    """Why ``token`` will not invent a secret, and what to do instead."""
+    from service.userstate import SECRET_FROM_FILE, running_services
+
+    lines = [
+        f"agentsearch token: no secret at {secret_path}; a token signed with a new one would be refused by every "
+        "service that already runs (\"bad signature\")."
+    ]
+    services = running_services()
+    for record in services:
+        if record.secret == SECRET_FROM_FILE:
+            lines.append(f"  {_sentence(record.describe())} uses the data directory {record.data_dir}: pass --data-dir {record.data_dir}")
+        else:
+            lines.append(f"  {_sentence(record.describe())} signs with its configured jwt_secret: set AGENTSEARCH_JWT_SECRET to the same value")
+    if not services:
+        where = "" if given else " (`agentsearch serve` uses ./data of the directory it starts in)"
+        lines.append(f"  Pass --data-dir with the data directory of the service that should accept the token{where}.")
+    lines.append(f"  Or pass --new-secret to create a secret at {secret_path} (a service started later on that data directory uses it).")
+    return "\n".join(lines)
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _note_other_services(data_dir: Path) -> None:
+    """Point at a running service that will refuse the token: it signs with another data directory's secret."""
+    from service.userstate import SECRET_FROM_FILE, running_services
+
+    here = data_dir.resolve()
+    for record in running_services():
+        if record.secret == SECRET_FROM_FILE and record.data_dir.resolve() != here:
+            print(
+                f"agentsearch token: note: {record.describe()} uses another data directory, {record.data_dir}; "
+                f"it accepts tokens of `agentsearch token --data-dir {record.data_dir}`",
+                file=sys.stderr,
+            )
+
+
+def _never_indexed(data_dir: Path) -> None:
+    """Mark a data directory made here (it holds a secret now) so no workspace walk indexes it."""
+    from service.code.roots import mark_no_index
+
+    mark_no_index(data_dir)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -147,6 +250,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             if args.token:
                 raise EvaluationError("--token applies to --url; with a data directory the search runs in this process as --sub")
             settings = _settings(args)
+            if not args.data_dir:  # the one-shot commands' own data directory (`agentsearch index` fills it)
+                from service.userstate import cache_dir
+
+                settings = settings.with_overrides(data_dir=cache_dir())
             if not settings.data_dir.is_dir():
                 raise EvaluationError(f"no data directory at {settings.data_dir}: pass --data-dir, or --url for a running service")
             target = DataDirTarget(settings, sub=args.sub or "eval", org=args.org, workspace=args.workspace)
@@ -178,7 +285,21 @@ def _create_app(settings: Settings) -> web.Application:
     return create_app(settings)
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The code surface's one-shot commands: their parser imports that surface alone (they run often, like grep).
+
+
+def _code_surface_alone() -> list[SurfaceDef]:
+    """The surfaces a code one-shot command opens the engine with: the code surface alone, imported
+    only when the command opens an engine (a search a running service answers never does)."""
+    from service.code.surface import SURFACE
+
+    return [SURFACE]
+
+_CODE_COMMANDS = frozenset({"index", "search"})
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``command`` (the first argument) being ``index`` or ``search`` builds only those."""
     parser = argparse.ArgumentParser(prog="agentsearch", description="Search service for AI-agent platforms.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -209,7 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reindex.set_defaults(func=cmd_reindex)
 
-    token = sub.add_parser("token", help="print a dev token signed with the data directory's secret")
+    token = sub.add_parser(
+        "token", help="print a dev token signed with the service's secret (the data directory's, or AGENTSEARCH_JWT_SECRET); stderr says which"
+    )
     token.add_argument("--data-dir")
     token.add_argument("--sub", required=True)
     token.add_argument("--org")
@@ -218,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--admin", action="store_true")
     token.add_argument("--ttl", type=int, help="seconds until expiry (default and most: jwt_max_ttl_s, 30 days); every token expires")
     token.add_argument("--json", action="store_true", help="print the token and its claims as JSON")
+    token.add_argument(
+        "--new-secret",
+        action="store_true",
+        help="create the data directory's secret when it has none (else the command refuses: a new secret's tokens fail on a running service)",
+    )
     token.set_defaults(func=cmd_token)
 
     evaluation = sub.add_parser(
@@ -229,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
             "queries of the served ranking with what ranked above their first relevant id. Ids: catalog "
             "'type:id' entities, actions 'template/action', code file paths. Against a running service "
             "(--url, --token or AGENTSEARCH_TOKEN) or a data directory opened in this process (--data-dir; "
-            "the default data directory when neither is given). Exit 2 on a bad qrels line, a refused "
+            "when neither is given, the one-shot commands' per-user cache, $XDG_CACHE_HOME/agentsearch or ~/.cache/agentsearch). Exit 2 on a bad qrels line, a refused "
             "token, an unreachable service, or when no search was answered."
         ),
     )
@@ -249,6 +377,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--json", action="store_true", help="print the report as JSON")
     evaluation.set_defaults(func=cmd_eval)
 
+    if command in _CODE_COMMANDS:  # a grep-like call: the code surface's commands alone, nothing else imported
+        from service.code.cli import add_cli as add_code_cli
+
+        parser.set_defaults(surfaces=_code_surface_alone)
+        add_code_cli(sub)
+        return parser
     from service.surfaces import add_cli_commands, surfaces
 
     parser.set_defaults(surfaces=surfaces)  # commands a surface adds open the engine with every surface
@@ -260,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
         result: int = args.func(args)

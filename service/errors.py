@@ -70,6 +70,13 @@ Those any layer raises or catches are defined here; those private to one module 
     service.code.matchers._ProtocolError  a regex matching process answered outside its protocol:
                                           the pool kills the process; the regex search answers the
                                           matches so far with a notice
+    service.code.cli_service.NotServed    the running service cannot take a command-line search (no
+                                          token, the root not under its allowed bases): ``agentsearch
+                                          search`` searches in its own process (exits 2 when ``--url``
+                                          named the service)
+    service.code.cli_service.ServiceRefused  a BadRequest: the running service answered the
+                                          command-line search with an error; ``agentsearch search``
+                                          prints its message and exits 2
     service.mcp.jsonrpc.RpcError          a JSON-RPC error: MCP answers it as a JSON-RPC error object
                                           (over HTTP with its ``http_status``); AgentSearchError
                                           becomes one through ``rpc_error_of``

@@ -97,7 +97,8 @@ def deadline_middleware(deadline_s: float) -> Callable[..., Awaitable[web.Stream
         if request.path.startswith("/admin") or (request.path == "/mcp" and request.method == "GET"):
             return await handler(request)  # long-lived streams and the dashboard have no deadline
         try:
-            return await asyncio.wait_for(handler(request), timeout=deadline_s)
+            async with asyncio.timeout(deadline_s):  # in the request's own task: no task per request
+                return await handler(request)
         except TimeoutError:
             raise DeadlineExceeded(f"request did not finish within {deadline_s:g}s; retry once, then narrow the request") from None
 

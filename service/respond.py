@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from service.engine.surface import run_search
+from service.engine.analytics import recorded_search
 from service.middleware import caller_of, record_timing
 from service.state import ENGINE
 from service.validation import read_json
@@ -19,8 +19,8 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 async def search_response(request: web.Request, surface: str, *, target: str | None = None) -> web.Response:
     """Run the request body as a search of ``surface`` (``run_search``: parse, rate limit, deadline)
-    and answer it, its phases in ``Server-Timing``."""
-    answer = await run_search(request.app[ENGINE], surface, caller_of(request), await read_json(request), target=target)
+    and answer it, its phases in ``Server-Timing``; the search is recorded for the analytics page."""
+    answer = await recorded_search(request.app[ENGINE], surface, caller_of(request), await read_json(request), target=target)
     for phase, duration_ms in answer.timings_ms.items():
         record_timing(request, phase, duration_ms)
     return json_response(answer.body, status=answer.status, headers=answer.headers or None)

@@ -16,7 +16,9 @@ from typing import Any
 from service.errors import SettingsError
 from service.redact import mask_url
 
-DEFAULT_MODEL = "local/all-MiniLM-L6-v2"
+LOCAL_PROVIDER = "local"
+"""The provider id of the models that run in this process (``local/<model>``)."""
+DEFAULT_MODEL = f"{LOCAL_PROVIDER}/all-MiniLM-L6-v2"
 # The prefix of a cluster (``QDRANT_URL``) unless set; the embedded store derives its own from it.
 DEFAULT_QUEUE_PREFIX = "agentsearch"
 
@@ -66,10 +68,17 @@ class Settings:
     workspace_registrations_per_minute: int = 30
     skip_dirs: tuple[str, ...] = ()
     prewarm_embeddings: bool = False
+    starter_data: bool = True
+    """``agentsearch serve`` on the embedded default loads the starter data set on a new data directory
+    (``service.starter``), and allows its demo workspace's base; never with ``QDRANT_URL`` or ``qdrant_path``."""
     index_dir: Path | None = None
     max_file_bytes: int = 1_000_000
     semantic_scope_limit: int = 800
     revalidate_interval_s: float = 10.0
+    workspace_watch: bool = True
+    """Watch open workspaces' roots and re-index changed files at once (off: revalidate by mtime on search)."""
+    workspace_idle_close_s: float = 600.0
+    """A workspace's chunk cache, trigram index and watcher close after this long without a search or index."""
     request_deadline_s: float = 20.0
     client_max_size: int = 8 * 1024 * 1024
     rerank_enabled: bool = False
@@ -81,6 +90,8 @@ class Settings:
     worker_health_check_s: float = 30.0
     sweep_interval_s: int = 60
     rate_limits_enabled: bool = True
+    search_analytics: bool = True
+    """Record each search (surface, tenant, normalized query, result count, latency) in Redis for the dashboard's analytics page."""
     code_search_rate_limits: tuple[tuple[str, int, int], ...] = ()
     action_search_rate_limits: tuple[tuple[str, int, int], ...] = ()
     runtime_name: str = "kody"
@@ -95,6 +106,11 @@ class Settings:
         if self.qdrant_url:
             return "qdrant"
         return "qdrant-local" if self.qdrant_path else "edge"
+
+    @property
+    def loads_starter_data(self) -> bool:
+        """Whether ``agentsearch serve`` loads the starter data set: on, and on the embedded default only."""
+        return self.starter_data and self.store_kind == "edge"
 
     @property
     def models_dir(self) -> Path:
@@ -184,7 +200,7 @@ def validate(settings: Settings) -> Settings:
     if settings.embeddings_model:
         validate_model_id(settings.embeddings_model, f"embeddings_model ({env_name('embeddings_model')})")
         provider = settings.embeddings_model.split("/", 1)[0]
-        if provider != "local" and settings.provider(provider) is None:
+        if provider != LOCAL_PROVIDER and settings.provider(provider) is None:
             fail(
                 "embeddings_model",
                 f"provider {provider!r} is not configured; set {ENV_PREFIX}PROVIDER_{provider.upper()}_BASE_URL",
@@ -209,6 +225,7 @@ def validate(settings: Settings) -> Settings:
         "qdrant_write_consistency_factor": settings.qdrant_write_consistency_factor,
         "max_workspaces_per_user": settings.max_workspaces_per_user,
         "workspace_registrations_per_minute": settings.workspace_registrations_per_minute,
+        "workspace_idle_close_s": settings.workspace_idle_close_s,
     }
     for name, value in positive.items():
         if value <= 0:

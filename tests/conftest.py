@@ -15,6 +15,7 @@ named variants, or ``auth(sub, **claims)``), so a caller's claims are defined in
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,16 +32,27 @@ from service.settings import Settings, env_name
 from service.surfaces import surfaces
 from tests.callers import TEST_SECRET, auth, token_for
 from tests.embedding_server import embeddings_app
-from tests.helpers import REDIS_URL, ROOT, reindex_in_process, running_app, wait_until, with_settings
+from tests.helpers import MODEL_ARTIFACTS, REDIS_URL, reindex_in_process, running_app, wait_until, with_settings
 
-__all__ = ["REDIS_URL", "TEST_SECRET", "auth", "reindex_in_process", "running_app", "token_for", "wait_until", "with_settings"]
+__all__ = ["MODEL_ARTIFACTS", "REDIS_URL", "TEST_SECRET", "auth", "reindex_in_process", "running_app", "token_for", "wait_until", "with_settings"]
+
+RAM_TEMPROOT = "/dev/shm"
+RAM_TEMPROOT_MIN_FREE = 8 * 2**30
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # One model-artifact directory (the local model's ONNX export) for every service the suite starts,
 # in this process and in child processes: the export happens once, not per data directory.
-MODEL_ARTIFACTS = ROOT / "test-artifacts" / "models"
 os.environ.setdefault(env_name("model_artifact_dir"), str(MODEL_ARTIFACTS))
+# Tests' temporary directories (data directories included) on the RAM file system where there is
+# one: opening an index makes dozens of synced writes, seconds per app start on a busy disk and
+# a fraction of one in RAM. Each index takes about 100 MB there (its files are preallocated), so
+# only with room to spare, and a passing test's directory goes when it ends (pyproject.toml's
+# tmp_path_retention_policy). An explicit root (this variable, or --basetemp) is kept.
+if "PYTEST_DEBUG_TEMPROOT" not in os.environ and os.access(RAM_TEMPROOT, os.W_OK) and shutil.disk_usage(RAM_TEMPROOT).free >= RAM_TEMPROOT_MIN_FREE:
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = RAM_TEMPROOT
+# Services the suite starts (`agentsearch serve` children included) load no starter data unless a test asks.
+os.environ[env_name("starter_data")] = "false"
 
 
 @pytest.fixture

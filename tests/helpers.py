@@ -41,6 +41,8 @@ from tests.callers import TEST_SECRET
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 ROOT = Path(__file__).resolve().parents[1]
+# The model-artifact directory (the local model's ONNX export) of every service the suite starts.
+MODEL_ARTIFACTS = ROOT / "test-artifacts" / "models"
 
 
 @asynccontextmanager

@@ -36,6 +36,7 @@ from service.actions.model import (
     template_meta_key,
 )
 from service.actions.state import catalog_for, template_points
+from service.actions.visibility import forget_visible_instances
 from service.auth import GLOBAL_TENANT
 from service.engine.records import IndexRecord
 from service.engine.store import Filter, Match, PointRecord, point_id
@@ -160,6 +161,7 @@ async def write_instances(engine: Engine, instances: Sequence[InstanceDef]) -> i
     points = [PointRecord(id=_instance_point_id(i.tenant, i.name), payload=instance_payload(i, now)) for i in instances]
     await catalog.meta.upsert(points)
     await catalog.meta.flush()
+    forget_visible_instances(engine)
     return len(points)
 
 
@@ -170,6 +172,7 @@ async def delete_instance(engine: Engine, tenant: str, name: str) -> bool:
         return False
     await meta.delete([key])
     await meta.flush()
+    forget_visible_instances(engine)
     return True
 
 

@@ -68,8 +68,9 @@ from service.actions.index import ActionIndex, query_words, word_similarity, wor
 from service.actions.model import SURFACE_NAME, RankingMode, action_key
 from service.actions.visibility import Unit
 from service.auth import GLOBAL_TENANT
+from service.engine import explain
 from service.engine.search import LEXICAL_ONLY, embed_query_or_notice
-from service.engine.store import Filter, Match, MatchAny, StoreError
+from service.engine.store import DenseQuery, Filter, Hit, Match, MatchAny, StoreError
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -287,7 +288,7 @@ async def _dense_search(
     started = time.perf_counter()
     positions = np.unique(pairs.unit_template)
     try:
-        hits = await engine.records(SURFACE_NAME).search_dense(embedder.vector_name, vector, _template_filter(index, positions), limit=top_k)
+        hits = await _nearest(engine, embedder.vector_name, vector, _template_filter(index, positions), top_k)
     except StoreError as exc:
         log.info("dense action search skipped", extra={"error": str(exc)})
         dense.notices.append(f"no action embeddings are available yet; {DENSE_EMPTY if mode is RankingMode.DENSE else LEXICAL_ONLY}")
@@ -384,6 +385,16 @@ async def _fill_cosines(
         dense.cosines.update(await _stored_cosines(engine, index, wanted, dense))
 
 
+# The payload fields a dense hit of the ranking is read for: which action it is.
+_HIT_FIELDS = ("template", "action")
+
+
+async def _nearest(engine: Engine, vector_name: str, vector: Sequence[float], flt: Filter, limit: int) -> list[Hit]:
+    """``search_dense`` of the action records, each hit carrying only ``_HIT_FIELDS``."""
+    found = await engine.records(SURFACE_NAME).search_batch([DenseQuery(vector_name, vector, flt, limit=limit, fields=_HIT_FIELDS)])
+    return found[0]
+
+
 async def _stored_cosines(engine: Engine, index: ActionIndex, actions: Sequence[int], dense: _Dense) -> dict[int, float]:
     """Exact cosines of actions outside the dense top-K: a dense search restricted to their record keys.
 
@@ -396,7 +407,7 @@ async def _stored_cosines(engine: Engine, index: ActionIndex, actions: Sequence[
         keys.append(action_key(block.key, action.name))
     only = Filter(must=(Match("tenant", GLOBAL_TENANT), MatchAny("key", tuple(keys))))
     try:
-        hits = await engine.records(SURFACE_NAME).search_dense(dense.vector_name, dense.vector, only, limit=len(keys))
+        hits = await _nearest(engine, dense.vector_name, dense.vector, only, len(keys))
     except StoreError as exc:
         log.info("stored action vectors unavailable", extra={"error": str(exc)})
         return {}
@@ -438,7 +449,38 @@ def _final(
         candidates,
         key=lambda i: (-round(float(score[i]), 6), not units[pool_units[i]].connected, int(index.risk_code[pool_actions[i]]), units[pool_units[i]].sort_name, int(pool_actions[i])),
     )
-    return [Ranked(unit=units[int(pool_units[i])], action_idx=int(pool_actions[i]), score=float(score[i])) for i in order[:limit]]
+    chosen = order[:limit]
+    if explain.current() is not None:
+        _explain(index, units, pool_units, pool_actions, chosen, keyword, cosine, bonus, weights)
+    return [Ranked(unit=units[int(pool_units[i])], action_idx=int(pool_actions[i]), score=float(score[i])) for i in chosen]
+
+
+def _explain(
+    index: ActionIndex,
+    units: Sequence[Unit],
+    pool_units: np.ndarray,
+    pool_actions: np.ndarray,
+    chosen: Sequence[int],
+    keyword: np.ndarray | None,
+    cosine: np.ndarray | None,
+    bonus: np.ndarray,
+    weights: Weights | None,
+) -> None:
+    """Each ranked pair's signals and bonuses, for an explained search (keyed ``template|service|action``)."""
+    for i in chosen:
+        unit = units[int(pool_units[i])]
+        action = index.action_at(int(pool_actions[i]))[1]
+        connected = CONNECTED_BONUS if unit.connected and float(bonus[i]) > 0 else 0.0
+        explain.note(
+            f"{unit.block.key}|{unit.instance.name if unit.instance is not None else ''}|{action.name}",
+            {
+                "keyword": None if keyword is None else round(float(keyword[i]), 4),
+                "cosine": None if cosine is None else round(float(cosine[i]), 4),
+                "blend": None if weights is None else weights.as_dict(),
+                "connectedBonus": connected,
+                "riskBonus": round(float(bonus[i]) - connected, 4),
+            },
+        )
 
 
 def _ms(started: float) -> float:

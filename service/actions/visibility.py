@@ -9,7 +9,9 @@ tier wins (user over team over org over global), so ``service`` always names one
 
 from __future__ import annotations
 
+import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +25,7 @@ from service.actions.model import (
     SearchRequest,
     Tier,
 )
-from service.actions.state import catalog_for
+from service.actions.state import ActionCatalog, catalog_for
 from service.auth import Caller
 from service.engine.store import Filter, Match, MatchAny
 
@@ -54,9 +56,82 @@ class Unit:
         return self.instance.name if self.instance is not None else self.block.key
 
 
+# How long a caller's visible instances are kept (seconds), and for how many callers. A write in this
+# process forgets them at once; one in another front end shows here within the TTL.
+VISIBLE_TTL_S = 2.0
+VISIBLE_CACHED_MAX = 1024
+
+
+class VisibleInstances:
+    """The instances each caller reached lately, keyed by the caller's tenant keys (user, org, teams),
+    in a bounded LRU whose entries live ``VISIBLE_TTL_S``. ``forget`` drops every entry and bumps the
+    generation, so a read that was already running when an instance was written is not kept."""
+
+    def __init__(self, maxsize: int = VISIBLE_CACHED_MAX, ttl_s: float = VISIBLE_TTL_S) -> None:
+        self.maxsize, self.ttl_s = maxsize, ttl_s
+        self.generation = 0
+        self._entries: OrderedDict[tuple[str, ...], tuple[float, tuple[InstanceDef, ...]]] = OrderedDict()
+
+    def get(self, tenants: tuple[str, ...]) -> list[InstanceDef] | None:
+        entry = self._entries.get(tenants)
+        if entry is None:
+            return None
+        if time.monotonic() >= entry[0]:
+            del self._entries[tenants]
+            return None
+        self._entries.move_to_end(tenants)
+        return list(entry[1])
+
+    def put(self, tenants: tuple[str, ...], generation: int, instances: Sequence[InstanceDef]) -> None:
+        """Keep what a read found, unless an instance was written since it started (``generation``)."""
+        if generation != self.generation:
+            return
+        self._entries[tenants] = (time.monotonic() + self.ttl_s, tuple(instances))
+        self._entries.move_to_end(tenants)
+        while len(self._entries) > self.maxsize:
+            self._entries.popitem(last=False)
+
+    def forget(self) -> None:
+        self.generation += 1
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# One cache per action catalog (one per open engine); the entry goes with the catalog.
+_VISIBLE: weakref.WeakKeyDictionary[ActionCatalog, VisibleInstances] = weakref.WeakKeyDictionary()
+
+
+def visible_cache(engine: Engine) -> VisibleInstances:
+    catalog = catalog_for(engine)
+    cache = _VISIBLE.get(catalog)
+    if cache is None:
+        cache = _VISIBLE[catalog] = VisibleInstances()
+    return cache
+
+
+def forget_visible_instances(engine: Engine) -> None:
+    """An instance was written or deleted: every caller's visible instances are read afresh."""
+    visible_cache(engine).forget()
+
+
 async def visible_instances(engine: Engine, caller: Caller) -> list[InstanceDef]:
-    """Every instance the caller reaches, one per name (the most specific tier wins)."""
-    flt = Filter(must=(Match("kind", INSTANCE_KIND), MatchAny("tenant", caller.tenants)))
+    """Every instance the caller reaches, one per name (the most specific tier wins); kept briefly
+    per caller (``VisibleInstances``)."""
+    cache = visible_cache(engine)
+    tenants = caller.tenants
+    found = cache.get(tenants)
+    if found is not None:
+        return found
+    generation = cache.generation
+    instances = await _read_visible(engine, tenants)
+    cache.put(tenants, generation, instances)
+    return instances
+
+
+async def _read_visible(engine: Engine, tenants: tuple[str, ...]) -> list[InstanceDef]:
+    flt = Filter(must=(Match("kind", INSTANCE_KIND), MatchAny("tenant", tenants)))
     by_name: dict[str, InstanceDef] = {}
     async for point in catalog_for(engine).meta.scroll_all(flt, page=_PAGE):
         instance = instance_from_payload(point.payload)

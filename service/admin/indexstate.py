@@ -1,5 +1,5 @@
 """Index state per surface and tenant: records, embedded, pending, last warm, store backend and model,
-and the workspaces that cannot be searched (root gone, cache broken).
+the workspaces that cannot be searched (root gone, cache broken) and those open on this node.
 
 The store has no group-by, so the tenants of a collection are found by exclusion: scroll one
 point whose tenant is none of those found so far, until none is left (one cheap call per tenant
@@ -63,7 +63,40 @@ async def index_state(engine: Engine) -> dict[str, Any]:
                 "tenants_complete": complete,
             }
         )
-    return {"store": engine.store.backend, "model": model, "surfaces": surfaces, "workspaces": unusable_workspaces(engine)}
+    return {
+        "store": engine.store.backend,
+        "model": model,
+        "surfaces": surfaces,
+        "workspaces": unusable_workspaces(engine),
+        "open_workspaces": open_workspaces(engine),
+    }
+
+
+def open_workspaces(engine: Engine) -> list[dict[str, Any]]:
+    """This node's workspaces open now (chunk cache, trigram index, watch), with when each was last
+    used, when it closes if unused, and how edits reach its index (``watch`` or ``revalidate``)."""
+    from service.code.state import workspaces_of
+
+    workspaces = workspaces_of(engine)
+    rows = []
+    for workspace in workspaces.registry.all():
+        resident = workspaces.resident(workspace)
+        if not resident["open"]:
+            continue
+        freshness, reason = workspaces.freshness(workspace)
+        last_used = resident["last_used"]
+        rows.append(
+            {
+                "id": workspace.id,
+                "tenant": workspace.tenant,
+                "root": str(workspace.root),
+                "last_used_ms": int(last_used * 1000) if last_used is not None else None,
+                "closes_after_s": resident["closes_after_s"],
+                "freshness": freshness,
+                "freshness_reason": reason,
+            }
+        )
+    return rows
 
 
 def unusable_workspaces(engine: Engine) -> list[dict[str, Any]]:

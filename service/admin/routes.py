@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from service.admin.analytics import routes as analytics_routes
 from service.admin.api import routes as api_routes
 from service.admin.handlers import access_logged
 from service.admin.pages import routes as page_routes
+from service.admin.playground import routes as playground_routes
 
 
 def _logged(route: web.AbstractRouteDef) -> web.AbstractRouteDef:
@@ -20,4 +22,4 @@ def _logged(route: web.AbstractRouteDef) -> web.AbstractRouteDef:
     return web.RouteDef(route.method, route.path, access_logged(route.handler), route.kwargs)
 
 
-routes: list[web.AbstractRouteDef] = [_logged(route) for route in (*page_routes, *api_routes)]
+routes: list[web.AbstractRouteDef] = [_logged(route) for route in (*page_routes, *api_routes, *analytics_routes, *playground_routes)]

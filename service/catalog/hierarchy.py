@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from service.auth import GLOBAL_TENANT
 from service.catalog.keys import Kind, record_key
+from service.engine.explain import note
 from service.engine.store import DenseQuery, Filter, MatchAny
 
 if TYPE_CHECKING:
@@ -84,5 +85,6 @@ def _rescore(hits: list[M], parents: Mapping[Any, tuple[str, str] | None], cosin
         score = cosine.get(parent[0], floor)
         hit.score -= PARENT_WEIGHT * (best - score)
         hit.extras["parent"] = {"entity": parent[1], "cosine": round(score, 4)}
+        note(str(hit.payload.get("entity")), {"parent": round(-PARENT_WEIGHT * (best - score), 4)})
     hits.sort(key=lambda s: -s.score)
     return hits

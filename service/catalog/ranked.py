@@ -1,5 +1,6 @@
 """The ranked answer: retrieval, arrangement, the rerank stage, memories and the Waiting block, as phases.
 
+``ranked_hits`` is the search (no rendering); ``render_ranked`` turns its result into the answer.
 ``loadAndRank`` retrieves and arranges (``ranking``), ``memoryEnrichment`` finds the caller's
 memories, ``jevRerank`` reorders the pool (``rerank``), ``waitingItems`` adds the Waiting block; the
 deadline is checked before each, and cancelling the search aborts an in-flight rerank.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.auth import GLOBAL_TENANT, Caller
@@ -19,6 +21,7 @@ from service.catalog.keys import SCOPE_RANKED, SCOPE_RANKED_HIDDEN, Kind, server
 from service.catalog.lookup import name_terms, reconnect_step
 from service.catalog.memories import find_memories
 from service.catalog.ranking import (
+    Retrieval,
     Scored,
     apply_identity_bonus,
     arrange_exports,
@@ -31,7 +34,7 @@ from service.catalog.ranking import (
 from service.catalog.render import cards
 from service.catalog.rerank import Candidate, RerankResult, rerank
 from service.catalog.state import catalog_index, catalog_state
-from service.catalog.waiting import check_waiting, user_tenants, waiting_block
+from service.catalog.waiting import WaitingOutcome, check_waiting, user_tenants, waiting_block
 from service.engine.records import tenant_filter
 from service.engine.store import Filter, Match, MatchAny
 from service.engine.surface import SearchAnswer
@@ -56,13 +59,38 @@ def ranked_filter(caller: Caller, domain: DomainRow | None, include_hidden: bool
     return tenant_filter(caller.tenants).and_(scope)
 
 
+@dataclass
+class RankedHits:
+    """The served ranking of one search, before rendering: the hits as shown (``why``, ``scoreFrom`` and
+    extras attached), the caller's memories, the rerank stage's result and the Waiting check's outcome."""
+
+    retrieval: Retrieval
+    hits: list[Scored]
+    memories: list[dict[str, Any]]
+    rerank: RerankResult
+    waiting: WaitingOutcome | None
+
+
 async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None) -> SearchAnswer:
-    engine, caller = ctx.engine, ctx.caller
-    state = catalog_state(engine)
-    with ctx.deadline.phase("featureFlags"):
-        flag_on = engine.settings.rerank_enabled
+    """The ranked answer: ``ranked_hits``, then rendered (one evidence channel alone when ``ranking`` asks)."""
+    flag_on = _rerank_flag(ctx)
     if ctx.request.ranking != "served":
         return await channel_answer(ctx, query, domain)
+    return render_ranked(ctx, query, domain, await ranked_hits(ctx, query, domain, flag_on=flag_on))
+
+
+def _rerank_flag(ctx: SearchContext) -> bool:
+    with ctx.deadline.phase("featureFlags"):
+        return ctx.engine.settings.rerank_enabled
+
+
+async def ranked_hits(ctx: SearchContext, query: str, domain: DomainRow | None, *, flag_on: bool | None = None) -> RankedHits:
+    """Retrieval and the served ranking (arrangement, rerank, memories, the Waiting check), as phases; no
+    rendering. ``flag_on``: whether the rerank stage is enabled (default: read from the settings)."""
+    engine, caller = ctx.engine, ctx.caller
+    state = catalog_state(engine)
+    if flag_on is None:
+        flag_on = _rerank_flag(ctx)
     with ctx.deadline.phase("loadAndRank"):
         retrieval = await retrieve(engine, query, ranked_filter(caller, domain, ctx.request.include_hidden))
         candidates = relevant_hits(retrieval.hits)
@@ -84,20 +112,24 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
         hit.extras["scoreFrom"] = score_from(hit)
     _attach_extras(hits)
     await attach_absorb_steps(engine, hits)
-    waiting: dict[str, Any] | None = None
-    timed_out = False
+    outcome: WaitingOutcome | None = None
     if domain is None:
         with ctx.deadline.phase("waitingItems"):
             outcome = await check_waiting(state.waiting_source, engine, caller)
-        timed_out = outcome.timed_out
-        waiting = waiting_block(outcome.items) if outcome.items else None
+    return RankedHits(retrieval, hits, memories, result, outcome)
+
+
+def render_ranked(ctx: SearchContext, query: str, domain: DomainRow | None, ranked: RankedHits) -> SearchAnswer:
+    """The served ranking's answer: cards, memories, notices, telemetry, phase timings, the Waiting block."""
+    retrieval, hits, result, outcome = ranked.retrieval, ranked.hits, ranked.rerank, ranked.waiting
+    waiting = waiting_block(outcome.items) if outcome is not None and outcome.items else None
     doc: dict[str, Any] = {
         "kind": "ranked",
         "query": query,
         "domain": domain.id if domain else None,
         "mode": retrieval.mode,
-        "results": cards(hits, runtime=engine.settings.runtime_name),
-        "memories": memories,
+        "results": cards(hits, runtime=ctx.engine.settings.runtime_name),
+        "memories": ranked.memories,
         "notices": list(retrieval.notices),
         **({"intents": retrieval.intents} if len(retrieval.intents) > 1 else {}),
         "telemetry": {"jevRerank": result.telemetry},
@@ -106,7 +138,7 @@ async def ranked_answer(ctx: SearchContext, query: str, domain: DomainRow | None
             "memoryEnrichmentMs": ctx.deadline.phase_ms("memoryEnrichment"),
             "jevRerankMs": round(result.duration_ms, 3),
             "waitingItemsMs": ctx.deadline.phase_ms("waitingItems"),
-            "waitingItemsTimedOut": timed_out,
+            "waitingItemsTimedOut": outcome.timed_out if outcome is not None else False,
         },
     }
     if result.scores:

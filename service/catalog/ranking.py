@@ -30,6 +30,7 @@ from service.catalog.hierarchy import apply_parent_evidence, apply_parent_eviden
 from service.catalog.keys import Kind
 from service.catalog.state import catalog_index
 from service.engine.analyzer import spoken
+from service.engine.explain import note
 from service.engine.intents import split_intents, task_terms
 from service.engine.search import dense_and_text, embed_queries_or_notice
 from service.engine.store import DenseQuery, Filter, Hit, StoreError, TextQuery
@@ -290,6 +291,7 @@ def apply_identity_bonus(candidates: list[Scored], query: str) -> None:
             if wanted in {_squash(name) for name in candidate.identity_terms()}:
                 candidate.score += IDENTITY_BONUS
                 candidate.extras["identity"] = True
+                note(candidate.entity, {"identity": IDENTITY_BONUS})
     candidates.sort(key=lambda s: -s.score)
 
 

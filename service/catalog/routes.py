@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -28,6 +29,10 @@ from service.respond import json_response, search_response
 from service.state import ENGINE
 from service.validation import Fields, read_json
 
+if TYPE_CHECKING:
+    from service.auth import Caller
+    from service.engine.runtime import Engine
+
 log = logging.getLogger(__name__)
 
 routes = web.RouteTableDef()
@@ -38,9 +43,13 @@ MAX_ENTITIES = 1000
 @routes.put("/v1/catalog/entities")
 async def put_entities(request: web.Request) -> web.Response:
     """Validate every entity first (nothing is written on a bad one), then write them all."""
-    engine = request.app[ENGINE]
-    caller = caller_of(request)
-    fields = Fields(await read_json(request))
+    return json_response(await ingest_entities(request.app[ENGINE], caller_of(request), await read_json(request)))
+
+
+async def ingest_entities(engine: Engine, caller: Caller, body: Any) -> dict[str, Any]:
+    """The ``PUT /v1/catalog/entities`` body of ``caller`` written, and the answer: the one ingest path
+    behind the route and every in-process loader."""
+    fields = Fields(body)
     raw = fields.list("entities", required=True, max_items=MAX_ENTITIES)
     owner = fields.str("owner", max_length=200)
     fields.reject_unknown()
@@ -65,7 +74,7 @@ async def put_entities(request: web.Request) -> web.Response:
     summaries = await write_entities(index, entities, owner_tenant)
     if added or full:
         await refresh_domain_stats(index, set(added) | full, {d: v for d, v in added.items() if d not in full})
-    return json_response({"written": len(summaries), "records": sum(s.records for s in summaries), "owner": owner_tenant, "entities": [s.as_dict() for s in summaries]})
+    return {"written": len(summaries), "records": sum(s.records for s in summaries), "owner": owner_tenant, "entities": [s.as_dict() for s in summaries]}
 
 
 async def _previous_domains(index: RecordIndex, capability_ids: list[str]) -> dict[str, str]:

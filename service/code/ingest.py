@@ -23,7 +23,7 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,7 +41,7 @@ from service.code.model import (
 )
 from service.code.roots import protected_dirs
 from service.code.trigram import TrigramIndex
-from service.code.walker import WalkedFile, WalkResult, walk
+from service.code.walker import WalkedFile, WalkResult, walk, walk_paths
 from service.engine.records import PENDING, IndexRecord, content_hash
 from service.engine.store import Filter, Match, StoreError
 
@@ -132,15 +132,62 @@ async def sync(engine: Engine, runtime: IndexTarget, *, deadline: float | None =
         runtime.cache.set_meta("complete", True)
         report.seconds = time.monotonic() - started
         return report
+    total = len(changed)
+    done = await _write_changes(engine, runtime, report, known, deleted, changed, deadline=deadline, progress=progress)
+    report.files_left = total - done
+    report.complete = report.files_left == 0
+    runtime.cache.set_meta("complete", report.complete)
+    report.seconds = time.monotonic() - started
+    log.info("workspace revalidated", extra={"workspace": workspace.id, **{k: v for k, v in report.as_dict().items() if k != "skipped"}})
+    return report
+
+
+async def sync_paths(engine: Engine, runtime: IndexTarget, paths: Collection[str]) -> SyncReport:
+    """Bring only ``paths`` (relative to the root: the files a watcher saw change) in line with the
+    tree, as ``sync`` would: one the walker lists is re-chunked when its size or mtime moved, an
+    indexed one it no longer lists goes, and so does every indexed file under one that is gone (a
+    deleted directory). The rest of the tree is neither walked nor read; nothing is written when
+    nothing changed."""
+    started = time.monotonic()
+    workspace = runtime.workspace
+    skip_dirs = (*engine.settings.skip_dirs, *workspace.search.skip_dirs)
+    walked = await asyncio.to_thread(walk_paths, workspace.root, paths, skip_dirs, engine.settings.max_file_bytes, protected_dirs(engine.settings))
+    known = runtime.cache.file_states()
+    current = {f.path: f for f in walked.files}
+    gone = [path for path in paths if path not in current]
+    under = tuple(path + "/" for path in gone if path not in known and not (workspace.root / path).exists())
+    deleted = sorted({path for path in gone if path in known} | ({path for path in known if path.startswith(under)} if under else set()))
+    changed = [f for f in walked.files if known.get(f.path) != (f.size, f.mtime_ns)]
+    report = SyncReport(files_seen=len(walked.files), files_unchanged=len(walked.files) - len(changed), complete=bool(runtime.cache.get_meta("complete")))
+    if not deleted and not changed:
+        return report
+    await _write_changes(engine, runtime, report, known, deleted, changed)
+    report.seconds = time.monotonic() - started
+    log.info("workspace files updated", extra={"workspace": workspace.id, **{k: v for k, v in report.as_dict().items() if k != "skipped"}})
+    return report
+
+
+async def _write_changes(
+    engine: Engine,
+    runtime: IndexTarget,
+    report: SyncReport,
+    known: dict[str, tuple[int, int]],
+    deleted: list[str],
+    changed: Sequence[WalkedFile],
+    *,
+    deadline: float | None = None,
+    progress: SyncProgress | None = None,
+) -> int:
+    """Drop ``deleted`` from the index, then re-chunk and write ``changed`` in batches (until
+    ``deadline``), counting into ``report``; the number of changed files handled."""
     writer = _ChangeWriter(engine, runtime, report)
+    done = 0
     try:
         if deleted:
             await writer.apply([], deleted)
             report.files_deleted = len(deleted)
-        done = 0
-        total = len(changed)
         if progress is not None:
-            progress(0, total)
+            progress(0, len(changed))
         for batch in _batches(changed):
             if deadline is not None and time.monotonic() > deadline:
                 break
@@ -150,15 +197,10 @@ async def sync(engine: Engine, runtime: IndexTarget, *, deadline: float | None =
             report.files_changed += sum(1 for f in files if f.path in known)
             done += len(batch)
             if progress is not None:
-                progress(done, total)
-        report.files_left = total - done
-        report.complete = report.files_left == 0
+                progress(done, len(changed))
     finally:
         await writer.close()
-    runtime.cache.set_meta("complete", report.complete)
-    report.seconds = time.monotonic() - started
-    log.info("workspace revalidated", extra={"workspace": workspace.id, **{k: v for k, v in report.as_dict().items() if k != "skipped"}})
-    return report
+    return done
 
 
 def _batches(files: Sequence[WalkedFile]) -> list[list[WalkedFile]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -26,7 +27,7 @@ from service.code.scope import Scope
 from service.code.state import WorkspaceRuntime
 from service.engine.analyzer import analyze, query_terms
 from service.engine.records import Collection
-from service.engine.store import Filter
+from service.engine.store import Filter, Hit, TextQuery
 
 LITERAL_CANDIDATES = 2_000
 REGEX_CANDIDATES = 20_000
@@ -99,9 +100,23 @@ class QueryText:
         return found
 
 
+# The payload fields the lexical ranking reads of a BM25 hit (a chunk's text comes from the cache).
+LEXICAL_FIELDS = ("key", "terms")
+
+
+def lexical_query(flt: Filter, query: QueryText, depth: int) -> TextQuery:
+    """The BM25 query of the lexical pass (asking only for ``LEXICAL_FIELDS``)."""
+    return TextQuery(query.terms, flt, limit=depth, fields=LEXICAL_FIELDS)
+
+
 async def ranked_lexical(records: Collection, runtime: WorkspaceRuntime, flt: Filter, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
     """Chunks in scope ranked lexically: literal holders first, then by BM25."""
-    hits = await records.search_text(query.terms, flt, limit=depth) if query.terms else []
+    hits = (await records.search_batch([lexical_query(flt, query, depth)]))[0] if query.terms else []
+    return lexical_ranking(hits, runtime, scope, query, depth)
+
+
+def lexical_ranking(hits: Sequence[Hit], runtime: WorkspaceRuntime, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
+    """``ranked_lexical`` of BM25 ``hits`` already fetched (``lexical_query``)."""
     bm25 = {str(hit.payload.get("key")): hit.score for hit in hits}
     wanted = query.term_set
     coverage = {str(hit.payload.get("key")): _coverage(wanted, str(hit.payload.get("terms", ""))) for hit in hits}

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.code.prefilter import scan_plan
+
 POOL_SIZE = 2
 ENDED_EARLY = "the matching process ended early"
 MATCHER_LINE_BYTES = 32 << 20  # one file's answer line (at most limit + 1 lines of 4 KiB, JSON-escaped)
@@ -229,7 +231,10 @@ class MatcherPool:
     async def run(self, request: dict[str, Any], deadline: float) -> MatchRun:
         """Run one request (``rematch.py``'s protocol) in a process of the pool; past ``deadline``
         (time waiting for a process included) the process is killed and the files it answered
-        stay answered."""
+        stay answered. A request without a ``plan`` gets its pattern's (``prefilter.scan_plan``)."""
+        if "plan" not in request:
+            plan = scan_plan(str(request["pattern"]), int(request["flags"]))
+            request = dict(request, plan=None if plan is None else plan.as_dict())
         if not await self._acquire(deadline):
             return MatchRun(timed_out=True)
         try:

@@ -14,9 +14,8 @@ from typing import Any
 
 from service.code.roots import check_not_protected, protected_dirs, resolve_local_root
 from service.code.workspace import SearchConfig
-from service.engine.embeddings import LOCAL_PROVIDER
 from service.errors import ValidationError
-from service.settings import DEFAULT_MODEL, Settings, is_directory_name
+from service.settings import DEFAULT_MODEL, LOCAL_PROVIDER, Settings, is_directory_name
 from service.validation import BODY_BOUNDED, Fields, bounded_text
 
 # A longer word query is searched by its first MAX_QUERY_CHARS characters, cut at a word boundary,

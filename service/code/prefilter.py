@@ -8,6 +8,10 @@ A regex match may cross chunk boundaries, so a requirement on a file is stated o
 required literal is cut at its newlines into line pieces, and a piece holding a non-blank character
 lies on a non-blank line, which lies whole inside exactly one chunk (the chunker's invariant).
 Pieces of blank lines require nothing.
+
+The same literals, case kept, make a matching process's scan plan (:func:`scan_plan`): a file
+holding none of them has no match, and when no match can hold a newline only the lines holding
+one are matched.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import lru_cache
 from re import _parser as sre_parse  # type: ignore[attr-defined]  # sre_parse warns on import
 from typing import Any, TypeAlias
 
@@ -38,9 +44,11 @@ class AnyOf:
 Requirement: TypeAlias = str | AllOf | AnyOf
 
 
-def required_literals(pattern: str, *, ignore_case: bool = False) -> Requirement | None:
-    """A condition of literals (3 chars or more) that every text matching ``pattern`` satisfies,
-    or None when none can be stated. Literals are case-insensitive, as the index is."""
+def required_literals(pattern: str, *, ignore_case: bool = False, fold: bool = True, min_chars: int = MIN_LITERAL_CHARS) -> Requirement | None:
+    """A condition of literals (``min_chars`` or more: 3 for trigrams) that every text matching
+    ``pattern`` satisfies, or None when none can be stated. Literals are case-insensitive, as the
+    index is; with ``fold=False`` they keep their case and hold exactly (a letter ``re`` matches
+    ignoring case is then unknown)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # FutureWarning marks a pattern regex may read differently
@@ -48,7 +56,126 @@ def required_literals(pattern: str, *, ignore_case: bool = False) -> Requirement
     except (re.error, FutureWarning, DeprecationWarning, RecursionError, OverflowError):
         return None
     flags = parsed.state.flags | (re.IGNORECASE if ignore_case else 0)
-    return _Extractor().sequence(list(parsed), flags).required
+    token = _MIN_CHARS.set(max(min_chars, 1))
+    try:
+        return _Extractor(fold).sequence(list(parsed), flags).required
+    finally:
+        _MIN_CHARS.reset(token)
+
+
+# The shortest literal the extraction running in this context keeps (``required_literals``'s ``min_chars``).
+_MIN_CHARS: ContextVar[int] = ContextVar("min_literal_chars", default=MIN_LITERAL_CHARS)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPlan:
+    """How a matching process can skip text: every match of the pattern holds one of ``literals``
+    (found ignoring case, by ``re``'s own folding, when ``ignore_case``), and with ``single_line``
+    no match holds a newline, so only the lines holding one of them can hold a match."""
+
+    literals: tuple[str, ...]
+    ignore_case: bool
+    single_line: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"literals": list(self.literals), "ignore_case": self.ignore_case, "single_line": self.single_line}
+
+
+@lru_cache(maxsize=256)
+def scan_plan(pattern: str, flags: int) -> ScanPlan | None:
+    """The scan plan of ``pattern`` compiled with ``flags`` (``re`` flags), or None when no literal
+    is required of its matches. Without ``re.IGNORECASE`` the literals keep their case."""
+    ignore_case = bool(flags & re.IGNORECASE)
+    requirement = required_literals(pattern, ignore_case=ignore_case, fold=ignore_case) or required_literals(
+        pattern, ignore_case=ignore_case, fold=ignore_case, min_chars=1
+    )  # a short literal only when no longer one is required: lines holding it are many
+    if requirement is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = sre_parse.parse(pattern, flags & ~re.IGNORECASE)
+        single_line = not _may_hold_newline(list(parsed), parsed.state.flags)
+    except (re.error, RecursionError, OverflowError):
+        return None
+    return ScanPlan(_alternatives(requirement), ignore_case, single_line)
+
+
+def _alternatives(requirement: Requirement) -> tuple[str, ...]:
+    """Literals of which every text meeting ``requirement`` holds one: of all of, the part with
+    the fewest (then longest) alternatives, which is likely the rarest."""
+    if isinstance(requirement, str):
+        return (requirement,)
+    options = [_alternatives(part) for part in requirement.parts]
+    if isinstance(requirement, AnyOf):
+        return tuple(dict.fromkeys(literal for option in options for literal in option))
+    return min(options, key=lambda option: (len(option), -min(len(literal) for literal in option)))
+
+
+# Which categories (``\d``, ``\s``, ``\w`` and their negations) hold a newline; any other: assumed to.
+_CATEGORY_NEWLINE = {
+    "CATEGORY_DIGIT": False,
+    "CATEGORY_NOT_DIGIT": True,
+    "CATEGORY_SPACE": True,
+    "CATEGORY_NOT_SPACE": False,
+    "CATEGORY_WORD": False,
+    "CATEGORY_NOT_WORD": True,
+}
+_NEWLINE = ord("\n")
+
+
+def _may_hold_newline(items: list[tuple[Any, Any]], flags: int) -> bool:
+    """Whether a match of this parse tree may hold a newline (True when unsure). No character
+    folds to a newline, so ignoring case changes nothing here."""
+    for op, arg in items:
+        name = str(op)
+        if name in {"AT", "GROUPREF"}:
+            continue  # zero-width, or the text of a group already looked at
+        if name == "LITERAL":
+            crosses = arg == _NEWLINE
+        elif name == "NOT_LITERAL":
+            crosses = arg != _NEWLINE
+        elif name == "ANY":
+            crosses = bool(flags & re.DOTALL)
+        elif name == "CATEGORY":
+            crosses = _CATEGORY_NEWLINE.get(str(arg), True)
+        elif name == "IN":
+            crosses = _class_holds_newline(arg)
+        elif name == "SUBPATTERN":
+            _group, add_flags, del_flags, pattern = arg
+            crosses = _may_hold_newline(list(pattern), (flags | add_flags) & ~del_flags)
+        elif name == "ATOMIC_GROUP":
+            crosses = _may_hold_newline(list(arg), flags)
+        elif name == "BRANCH":
+            crosses = any(_may_hold_newline(list(alternative), flags) for alternative in arg[1])
+        elif name in {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}:
+            crosses = _may_hold_newline(list(arg[2]), flags)
+        elif name in {"ASSERT", "ASSERT_NOT"}:
+            crosses = _may_hold_newline(list(arg[1]), flags)
+        elif name == "GROUPREF_EXISTS":
+            crosses = any(_may_hold_newline(list(branch), flags) for branch in arg[1:] if branch is not None)
+        else:
+            crosses = True
+        if crosses:
+            return True
+    return False
+
+
+def _class_holds_newline(items: list[tuple[Any, Any]]) -> bool:
+    negated = holds = False
+    for op, arg in items:
+        name = str(op)
+        if name == "NEGATE":
+            negated = True
+        elif name == "LITERAL":
+            holds = holds or arg == _NEWLINE
+        elif name == "RANGE":
+            holds = holds or arg[0] <= _NEWLINE <= arg[1]
+        elif name == "CATEGORY":
+            holds = holds or _CATEGORY_NEWLINE.get(str(arg), True)
+        else:
+            return True
+    return holds != negated
 
 
 def line_requirement(requirement: Requirement | None) -> Requirement | None:
@@ -120,7 +247,8 @@ def _or(options: Sequence[Requirement | None]) -> Requirement | None:
 def _from_exact(strings: frozenset[str] | None) -> Requirement | None:
     if strings is None:
         return None
-    return _or([s if len(s) >= MIN_LITERAL_CHARS else None for s in sorted(strings)])
+    shortest = _MIN_CHARS.get()
+    return _or([s if len(s) >= shortest else None for s in sorted(strings)])
 
 
 def _product(left: frozenset[str], right: frozenset[str]) -> frozenset[str] | None:
@@ -155,7 +283,10 @@ def _concat(left: _Info, right: _Info) -> _Info:
 
 
 class _Extractor:
-    """Walks ``re``'s parse tree bottom-up, combining :class:`_Info`."""
+    """Walks ``re``'s parse tree bottom-up, combining :class:`_Info`; ``fold``: literals lowercase."""
+
+    def __init__(self, fold: bool = True) -> None:
+        self.fold = fold
 
     def sequence(self, items: list[tuple[Any, Any]], flags: int) -> _Info:
         result = _EMPTY
@@ -184,6 +315,10 @@ class _Extractor:
         return _UNKNOWN  # ANY, NOT_LITERAL, CATEGORY, GROUPREF, GROUPREF_EXISTS, ...
 
     def literal(self, char: str, flags: int) -> _Info:
+        if not self.fold:
+            if flags & re.IGNORECASE and (char.isalpha() or not char.isascii()):
+                return _UNKNOWN  # a letter matched ignoring case has more than one spelling
+            return _exact(frozenset({char}))
         if char.isascii():
             return _exact(frozenset({char.lower()}))  # the index is lowercase anyway
         if flags & re.IGNORECASE:

@@ -10,7 +10,8 @@ keeps a few warm); it exits at the end of its input, or after ``IDLE_EXIT_S`` wi
 Protocol: one JSON request per line on stdin::
 
     {"pattern": str, "flags": int, "root": str, "max_bytes": int, "max_matches": int,
-     "alarm_s"?: int, "files": [{"path": str, "text"?: str}, ...]}
+     "alarm_s"?: int, "plan"?: {"literals": [str, ...], "ignore_case": bool, "single_line": bool},
+     "files": [{"path": str, "text"?: str}, ...]}
 
 then JSON lines on stdout, files in order: ``{"i": index, "lines": [[line, text], ...]}`` for a
 file with matching lines, ``{"i": index, "skipped": true}`` for a file that could not be read,
@@ -20,6 +21,9 @@ A file's line is written as soon as it is matched, so a process killed mid-reque
 what it found before. A file without ``text`` is read from ``root``: a regular file whose real
 path lies inside the root, at most ``max_bytes``, without a NUL byte in its first 8 KiB (the
 walker's own rules), decoded as UTF-8 with replacement, as the indexer reads it.
+
+``plan`` (``prefilter.ScanPlan``) says which literals every match holds: a file holding none is
+skipped, and when no match holds a newline only the lines holding one are matched (:class:`Guide`).
 
 ``alarm_s`` arms ``SIGALRM`` (no handler: the kernel ends the process) for the request: should
 the service die while a match runs, the match still ends then.
@@ -41,7 +45,7 @@ import signal
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 BINARY_PROBE_BYTES = 8192
@@ -52,9 +56,63 @@ PROGRESS_EVERY_S = 0.005  # how often files without a match are reported done
 IDLE_EXIT_S = 300.0  # a process without a request this long ends itself
 
 
-def line_matches(pattern: re.Pattern[str], text: str, max_matches: int) -> list[tuple[int, str]]:
+class Guide:
+    """Where matches can be, from a request's ``plan`` (``prefilter.ScanPlan``): every match holds
+    one of ``literals``, found with ``str.find`` (literals of exact case: each text is read once
+    per literal) or one ``re`` of them (ignoring case by ``re``'s own folding when
+    ``ignore_case``); with ``single_line`` no match holds a newline."""
+
+    def __init__(self, literals: list[str], ignore_case: bool, single_line: bool) -> None:
+        self.single_line = single_line
+        self._literals = None if ignore_case else list(dict.fromkeys(literals))
+        alternation = "|".join(re.escape(literal) for literal in sorted(set(literals), key=len, reverse=True))
+        self._any = re.compile(alternation, re.IGNORECASE if ignore_case else 0)
+
+    @classmethod
+    def of(cls, plan: dict[str, Any] | None) -> Guide | None:
+        if not plan or not plan.get("literals"):
+            return None
+        return cls([str(literal) for literal in plan["literals"]], bool(plan.get("ignore_case")), bool(plan.get("single_line")))
+
+    def finder(self, text: str) -> Callable[[int], int]:
+        """For ``text``: where the next literal starts at or after a position (-1: none does)."""
+        literals = self._literals
+        if literals is None:
+            search = self._any.search
+
+            def find_any(position: int) -> int:
+                found = search(text, position)
+                return -1 if found is None else found.start()
+
+            return find_any
+        if len(literals) == 1:
+            literal = literals[0]
+            return lambda position: text.find(literal, position)
+        upcoming = [text.find(literal) for literal in literals]  # each literal's next start (-1: no more)
+
+        def find_first(position: int) -> int:
+            first = -1
+            for index, start in enumerate(upcoming):
+                if 0 <= start < position:
+                    start = upcoming[index] = text.find(literals[index], position)
+                if start >= 0 and (first < 0 or start < first):
+                    first = start
+            return first
+
+        return find_first
+
+
+def line_matches(pattern: re.Pattern[str], text: str, max_matches: int, guide: Guide | None = None) -> list[tuple[int, str]]:
     """Lines of ``text`` where a match of ``pattern`` starts, as (1-based line number, line text),
-    at most ``max_matches``, in line order (a match spanning lines counts on its first line)."""
+    at most ``max_matches``, in line order (a match spanning lines counts on its first line).
+
+    With a ``guide``, a text holding none of its literals has no match, and when no match holds a
+    newline only the lines holding a literal are matched (``guided_line_matches``): the same lines."""
+    if guide is not None:
+        if guide.single_line:
+            return guided_line_matches(pattern, text, max_matches, guide)
+        if guide.finder(text)(0) < 0:
+            return []
     matches: list[tuple[int, str]] = []
     position, line_no, counted_to = 0, 1, 0
     while len(matches) < max_matches and position <= len(text):
@@ -70,6 +128,54 @@ def line_matches(pattern: re.Pattern[str], text: str, max_matches: int) -> list[
         # Continue on the next line: one entry per line, as grep prints.
         position, counted_to = line_end + 1, start
     return matches
+
+
+def guided_line_matches(pattern: re.Pattern[str], text: str, max_matches: int, guide: Guide) -> list[tuple[int, str]]:
+    """``line_matches`` of a pattern none of whose matches holds a newline: a match lies inside
+    its line and holds a literal of ``guide``, so only the lines holding one are tried, each up
+    to and with its newline (``endpos``: nothing a match there reads lies past it; what lies
+    before the line is seen as ever, for ``\\b``, ``^`` and lookbehinds)."""
+    matches: list[tuple[int, str]] = []
+    position, line_no, counted_to, size = 0, 1, 0, len(text)
+    find = guide.finder(text)
+    while len(matches) < max_matches and position < size:
+        hit = find(position)
+        if hit < 0:
+            break
+        line_start = text.rfind("\n", 0, hit) + 1
+        line_end = text.find("\n", hit)
+        line_end = size if line_end < 0 else line_end
+        found = pattern.search(text, line_start, line_end + 1)
+        if found is not None and found.start() <= line_end:
+            line_no += text.count("\n", counted_to, line_start)
+            counted_to = line_start
+            matches.append((line_no, text[line_start:line_end][:MAX_LINE_CHARS]))
+        position = line_end + 1
+    return matches
+
+
+def scan_compile(pattern: str, flags: int) -> re.Pattern[str]:
+    """``re.compile(pattern, flags)``, or the same pattern with a leading repeat of one character
+    class or character cut into that character and the rest (``[0-9]{4}`` as ``[0-9][0-9]{3}``):
+    the same matches, but ``re`` then skips ahead to the characters a match can start with
+    instead of trying every position."""
+    compiled = re.compile(pattern, flags)
+    try:
+        from re import _compiler, _constants, _parser  # type: ignore[attr-defined]
+
+        parsed = _parser.parse(pattern, flags)
+        op, arg = parsed.data[0]
+        if op not in (_constants.MAX_REPEAT, _constants.MIN_REPEAT, getattr(_constants, "POSSESSIVE_REPEAT", None)):
+            return compiled
+        low, high, body = arg
+        if low < 1 or len(body.data) != 1 or body.data[0][0] not in (_constants.IN, _constants.LITERAL):
+            return compiled
+        rest_high = high if high == _constants.MAXREPEAT else high - 1
+        parsed.data[0:1] = [body.data[0], *([(op, (low - 1, rest_high, body))] if rest_high else [])]
+        faster: re.Pattern[str] = _compiler.compile(parsed, flags)
+    except Exception:  # an internal of re changed: the plain compile serves
+        return compiled
+    return faster if faster.groups == compiled.groups and faster.flags == compiled.flags else compiled
 
 
 class FileReader:
@@ -141,7 +247,8 @@ def read_text(root: str, rel_path: str, max_bytes: int) -> str | None:
 
 def serve(request: dict[str, Any], out: IO[str]) -> None:
     """Answer one request (see the module docstring), a line per matched file as it is matched."""
-    pattern = re.compile(request["pattern"], int(request["flags"]))
+    pattern = scan_compile(request["pattern"], int(request["flags"]))
+    guide = Guide.of(request.get("plan"))
     left = int(request["max_matches"])
     reader = FileReader(str(request["root"]), int(request["max_bytes"]))
     scanned = 0
@@ -156,7 +263,7 @@ def serve(request: dict[str, Any], out: IO[str]) -> None:
         if text is None:
             out.write(json.dumps({"i": index, "skipped": True}) + "\n")
         else:
-            found = line_matches(pattern, text, left)
+            found = line_matches(pattern, text, left, guide)
             if found:
                 left -= len(found)
                 out.write(json.dumps({"i": index, "lines": found}) + "\n")

@@ -5,7 +5,8 @@
 2. Revalidate the workspace if due (mtime and size, at most every ``revalidate_interval_s``).
 3. Regex: the lexical regex pass, always (a regex search never runs semantically).
 4. Otherwise the chunk-aware lexical pass over the scope, then, in hybrid mode, the semantic pass
-   (query embedding against the scope's chunk vectors), RRF fusion of the two chunk lists, each
+   (query embedding against the scope's chunk vectors; its dense query and the lexical pass's
+   BM25 query go to the store as one batch), RRF fusion of the two chunk lists, each
    weighed by how far it can be trusted for the query (``meta.fusion``), and the path-aware
    adjustments after fusion.
 5. Render text-first output, results, notices and metadata.
@@ -27,7 +28,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from service.auth import Caller
-from service.code.lexical import ChunkHit, QueryText, ranked_lexical, regex_search, shown_line_count
+from service.code.lexical import (
+    ChunkHit,
+    QueryText,
+    lexical_query,
+    lexical_ranking,
+    ranked_lexical,
+    regex_search,
+    shown_line_count,
+)
 from service.code.model import SURFACE_NAME, workspace_filter
 from service.code.parsing import MAX_LIMIT, Mode, SearchRequest, parse_search_body
 from service.code.pattern import regex_compile
@@ -38,7 +47,8 @@ from service.code.semantic import (
     SCOPE_TOO_LARGE,
     WARMING_RUNNING,
     WARMING_SCHEDULED,
-    dense_hits,
+    cold_chunks,
+    dense_query,
     embed_scope,
     embedder_for,
     schedule_indexing,
@@ -48,10 +58,11 @@ from service.code.semantic import (
 from service.code.skipped import skip_reason
 from service.code.state import WorkspaceRuntime, workspaces_of
 from service.code.workspace import Workspace
+from service.engine import explain
 from service.engine.deadline import Deadline
 from service.engine.embeddings import Embedder
 from service.engine.search import LEXICAL_ONLY, embed_query_or_notice
-from service.engine.store import Filter, Match, MatchAny, StoreError
+from service.engine.store import Filter, Hit, Match, MatchAny, StoreError
 from service.engine.surface import SearchAnswer, SurfaceSearch
 from service.errors import EmbeddingUnavailable, InvalidRegex, NotFound, PathOutsideWorkspace
 from service.ratelimit import Surface
@@ -242,14 +253,12 @@ async def _ranked(ctx: _Context) -> list[ResultLine]:
     lexical: list[ChunkHit] = []
     semantic: list[ChunkHit] | None = None
     if ctx.flt is not None:
-        started = time.perf_counter()
-        if request.mode is not Mode.SEMANTIC:
+        if request.mode is Mode.LEXICAL:
+            started = time.perf_counter()
             lexical = await ranked_lexical(ctx.engine.records(SURFACE_NAME), ctx.runtime, ctx.flt, ctx.scope, query, depth)
-        ctx.timings["lexical"] = _ms(started)
-        if request.mode is not Mode.LEXICAL:
-            semantic = await _semantic(ctx, request.query, depth)
-        if semantic is None and request.mode is Mode.SEMANTIC:  # the same lexical fallback hybrid has
-            lexical = await ranked_lexical(ctx.engine.records(SURFACE_NAME), ctx.runtime, ctx.flt, ctx.scope, query, depth)
+            ctx.timings["lexical"] = _ms(started)
+        else:
+            lexical, semantic = await _semantic(ctx, query, depth)
     else:
         ctx.notices.append(NO_FILE_IN_SCOPE)
     used = request.mode if semantic is not None else Mode.LEXICAL
@@ -259,6 +268,7 @@ async def _ranked(ctx: _Context) -> list[ResultLine]:
         fused = adjust(fuse(lexical, semantic, trust))
     else:
         fused = adjust(fuse(lexical, semantic or []))
+    _explain(fused)
     if used is Mode.LEXICAL:
         # Every chunk shows a line at least: the first ``limit`` chunks hold the lines shown, the rest are only counted.
         lines, available = lexical_lines(fused[: request.limit], query, request.limit)
@@ -284,47 +294,103 @@ async def _ranked(ctx: _Context) -> list[ResultLine]:
     return lines
 
 
-async def _semantic(ctx: _Context, query: str, depth: int) -> list[ChunkHit] | None:
-    """The scope's chunks ranked by cosine to the query, or None with a notice (lexical fallback)."""
+def _explain(hits: list[ChunkHit]) -> None:
+    """Each chunk's evidence, for an explained search (results name a chunk by ``path:start_line``)."""
+    explanation = explain.current()
+    if explanation is None:
+        return
+    for hit in hits:
+        explanation.note(
+            f"{hit.chunk.path}:{hit.chunk.start_line}",
+            {
+                "bm25": None if hit.lexical_rank is None else round(hit.bm25, 4),
+                "lexicalRank": hit.lexical_rank,
+                "literal": hit.exact,
+                "coverage": round(hit.coverage, 4),
+                "cosine": None if hit.semantic_rank is None else round(hit.semantic_score, 4),
+                "semanticRank": hit.semantic_rank,
+                "fused": round(hit.fused, 6),
+                "pathWeight": hit.weight,
+                "category": hit.category,
+            },
+        )
+
+
+async def _semantic(ctx: _Context, query: QueryText, depth: int) -> tuple[list[ChunkHit], list[ChunkHit] | None]:
+    """The lexical and semantic chunk lists of a hybrid (or semantic) search: both store queries in one
+    batch. No semantic list (None, with a notice) when the query cannot be embedded or the dense
+    search failed: then the lexical pass alone, in semantic mode too (the same fallback hybrid has)."""
+    assert ctx.flt is not None
+    records = ctx.engine.records(SURFACE_NAME)
+    prepared = await _query_vector(ctx, ctx.request.query)
+    started = time.perf_counter()
+    if prepared is not None:
+        embedder, vector, embedded_now = prepared
+        with_lexical = ctx.request.mode is not Mode.SEMANTIC
+        try:
+            dense = await dense_query(ctx.engine, embedder, vector, ctx.flt, depth)
+            found = await records.search_batch([dense, lexical_query(ctx.flt, query, depth)] if with_lexical and query.terms else [dense])
+        except StoreError as exc:
+            log.warning("semantic pass failed", extra={"workspace": ctx.workspace.id, "error": str(exc)})
+            _fallback(ctx, "semantic_failed", f"semantic search failed on the index; {LEXICAL_ONLY}")
+        else:
+            ctx.timings["semantic"] = _ms(started)
+            ctx.meta["embedded_now"] = embedded_now
+            started = time.perf_counter()
+            lexical = lexical_ranking(found[1] if len(found) > 1 else [], ctx.runtime, ctx.scope, query, depth) if with_lexical else []
+            ctx.timings["lexical"] = _ms(started)
+            return lexical, _semantic_ranking(ctx, found[0])
+    lexical = await ranked_lexical(records, ctx.runtime, ctx.flt, ctx.scope, query, depth)
+    ctx.timings["lexical"] = _ms(started)
+    return lexical, None
+
+
+async def _query_vector(ctx: _Context, query: str) -> tuple[Embedder, list[float], int] | None:
+    """The scope embedded (a small cold one now), then the query's vector with its embedder and how
+    many chunks were embedded now; or None with a notice (lexical fallback)."""
     assert ctx.flt is not None
     engine, workspace = ctx.engine, ctx.workspace
     try:
         embedder = embedder_for(engine, workspace)
     except EmbeddingUnavailable as exc:
-        return _unavailable(ctx, exc)
+        _unavailable(ctx, exc)
+        return None
     if embedder is None:
         notices: list[str] = []
         await embed_query_or_notice(None, query, notices)
-        return _fallback(ctx, "embeddings_not_configured", notices[0])
+        _fallback(ctx, "embeddings_not_configured", notices[0])
+        return None
     workspaces = workspaces_of(engine)
     state = await scope_state(workspaces, workspace, ctx.flt)
     limit = engine.settings.semantic_scope_limit
     ctx.meta["scope"] = {"chunks": state.chunks, "embedded": state.embedded, "unembedded": state.unembedded, "limit": limit}
     if state.unembedded > limit:
-        await _warm_after_fallback(ctx, state.cold)
-        return _fallback(ctx, "scope_too_large", SCOPE_TOO_LARGE)
+        await _warm_after_fallback(ctx, await cold_chunks(workspaces, ctx.flt, state))
+        _fallback(ctx, "scope_too_large", SCOPE_TOO_LARGE)
+        return None
     started = time.perf_counter()
     budget = None if ctx.deadline is None else max(ctx.deadline - time.monotonic(), 0.0)
     try:
         embedded_now, vector, notices = await asyncio.wait_for(_embed(ctx, embedder, query, state.unembedded, limit), timeout=budget)
-        if vector is None:
-            return _fallback(ctx, "embeddings_unavailable", notices[0])
-        ctx.timings["embed"] = _ms(started)
-        started = time.perf_counter()
-        hits = await dense_hits(engine, embedder, vector, ctx.flt, depth)
     except TimeoutError:
-        return _fallback(
+        _fallback(
             ctx,
             "embeddings_too_slow",
             f"embedding did not finish in time (the model may still be loading); {LEXICAL_ONLY}, chunks embedded so far stay embedded",
         )
+        return None
     except EmbeddingUnavailable as exc:
-        return _unavailable(ctx, exc)
-    except StoreError as exc:
-        log.warning("semantic pass failed", extra={"workspace": workspace.id, "error": str(exc)})
-        return _fallback(ctx, "semantic_failed", f"semantic search failed on the index; {LEXICAL_ONLY}")
-    ctx.timings["semantic"] = _ms(started)
-    ctx.meta["embedded_now"] = embedded_now
+        _unavailable(ctx, exc)
+        return None
+    if vector is None:
+        _fallback(ctx, "embeddings_unavailable", notices[0])
+        return None
+    ctx.timings["embed"] = _ms(started)
+    return embedder, vector, embedded_now
+
+
+def _semantic_ranking(ctx: _Context, hits: list[Hit]) -> list[ChunkHit]:
+    """The scope's chunks ranked by cosine to the query (the dense hits' chunks, from the cache)."""
     keyed = {str(hit.payload.get("key")): hit.score for hit in hits}
     chunks = ctx.runtime.cache.by_keys(list(keyed))
     ranked: list[ChunkHit] = []
@@ -360,13 +426,14 @@ async def _warm_after_fallback(ctx: _Context, cold: int) -> None:
         ctx.notices.append(WARMING_RUNNING if workspace.warm else WARMING_SCHEDULED)
 
 
-def _unavailable(ctx: _Context, exc: EmbeddingUnavailable) -> list[ChunkHit] | None:
+def _unavailable(ctx: _Context, exc: EmbeddingUnavailable) -> None:
     """The model failed outside the query's embedding (building it, embedding the scope): the same
     notice as a failed query embedding."""
-    return _fallback(ctx, "embeddings_unavailable", f"embeddings unavailable ({exc}); {LEXICAL_ONLY}")
+    _fallback(ctx, "embeddings_unavailable", f"embeddings unavailable ({exc}); {LEXICAL_ONLY}")
+    return None
 
 
-def _fallback(ctx: _Context, reason: str, notice: str) -> list[ChunkHit] | None:
+def _fallback(ctx: _Context, reason: str, notice: str) -> None:
     ctx.meta["fallback"] = reason
     ctx.notices.insert(0, notice)
     return None

@@ -22,8 +22,8 @@ from service.code.model import COLLECTION, SURFACE_NAME
 from service.code.state import Workspaces, workspaces_of
 from service.code.workspace import Workspace
 from service.engine.embeddings import Embedder
-from service.engine.records import DONE
-from service.engine.store import Filter, Hit, Match, StoreError, VectorSpec
+from service.engine.records import DONE, PENDING
+from service.engine.store import DenseQuery, Filter, Match, StoreError, VectorSpec
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -55,8 +55,6 @@ class ScopeState:
 
     chunks: int
     embedded: int
-    pending: int
-    cold: int
 
     @property
     def unembedded(self) -> int:
@@ -64,8 +62,16 @@ class ScopeState:
 
 
 async def scope_state(workspaces: Workspaces, workspace: Workspace, flt: Filter) -> ScopeState:
-    counts = await workspaces.counts(workspace, flt)
-    return ScopeState(chunks=counts["chunks"], embedded=counts["embedded"], pending=counts["pending"], cold=counts["cold"])
+    """The chunks under ``flt`` (within ``workspace``'s filter) and how many are embedded: two counts,
+    as ``Workspaces.counts``; the pending ones only matter to a fallback (``cold_chunks``)."""
+    records = workspaces.records
+    return ScopeState(chunks=await records.count(flt), embedded=await records.count(flt.and_(Match("embed_state", DONE))))
+
+
+async def cold_chunks(workspaces: Workspaces, flt: Filter, state: ScopeState) -> int:
+    """The chunks of ``state`` neither embedded nor queued for embedding (``Workspaces.counts``' ``cold``)."""
+    pending = await workspaces.records.count(flt.and_(Match("embed_state", PENDING)))
+    return max(state.chunks - state.embedded - pending, 0)
 
 
 async def embed_scope(engine: Engine, embedder: Embedder, flt: Filter, limit: int, progress: Callable[[int], object] | None = None) -> int:
@@ -109,9 +115,14 @@ async def embed_items(engine: Engine, embedder: Embedder, items: Sequence[tuple[
     return written
 
 
-async def dense_hits(engine: Engine, embedder: Embedder, vector: Sequence[float], flt: Filter, depth: int) -> list[Hit]:
+# The payload field the semantic ranking reads of a dense hit (the chunk itself comes from the cache).
+SEMANTIC_FIELDS = ("key",)
+
+
+async def dense_query(engine: Engine, embedder: Embedder, vector: Sequence[float], flt: Filter, depth: int) -> DenseQuery:
+    """The scope's nearest chunks as a store query (its vector made sure of), asking only for ``SEMANTIC_FIELDS``."""
     await engine.ensure_vector(COLLECTION, VectorSpec(embedder.vector_name, embedder.dimensions))
-    return await engine.records(SURFACE_NAME).search_dense(embedder.vector_name, vector, flt, limit=depth)
+    return DenseQuery(embedder.vector_name, vector, flt, limit=depth, fields=SEMANTIC_FIELDS)
 
 
 async def schedule_warming(engine: Engine, workspace: Workspace) -> bool:
@@ -177,7 +188,8 @@ __all__ = [
     "SCOPE_TOO_LARGE",
     "IndexNotComplete",
     "ScopeState",
-    "dense_hits",
+    "cold_chunks",
+    "dense_query",
     "embed_scope",
     "embedder_for",
     "index_workspace",

@@ -9,6 +9,14 @@ A workspace is revalidated against its tree at most every ``settings.revalidate_
 (10 s by default); one revalidation at a time per workspace (an asyncio lock: a search that finds
 one running waits briefly, then searches what is indexed, with a notice).
 
+An open workspace's root is watched (``watcher.py``, ``settings.workspace_watch``): a batch of
+changed files is applied at once (``ingest.sync_paths``; a changed directory or ``.gitignore``:
+a full revalidation), and once a full revalidation has run under the watch a search walks nothing
+(``freshness`` ``watch``). A root that cannot be watched, or whose watch is lost, is revalidated by
+mtime as above (``revalidate``). With ``workspace_nodes`` only the workspace's own node watches it.
+A workspace is opened by its first use and closed after ``settings.workspace_idle_close_s``
+without one (``residency.py``), watch included.
+
 A workspace whose root was deleted (or replaced by a file) is ``missing``: its status says so and a
 search answers 409 before it reads anything indexed. One whose cache cannot be opened (its
 directory replaced by a file, an unreadable database) is ``broken``: its status says so, a search
@@ -28,21 +36,27 @@ import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from service.code.cache import ChunkCache
 from service.code.context import RECORD_FORMAT
-from service.code.ingest import SyncProgress, SyncReport, rebuild_trigram, sync
+from service.code.ingest import SyncProgress, SyncReport, rebuild_trigram, sync, sync_paths
 from service.code.matchers import MatcherPool
 from service.code.model import SURFACE_NAME, workspace_filter
-from service.code.roots import mark_no_index
+from service.code.residency import Residency
+from service.code.roots import mark_no_index, protected_dirs
 from service.code.trigram import IndexLocked, TrigramIndex
+from service.code.walker import DEFAULT_SKIP_DIRS
+from service.code.watcher import RootWatcher
 from service.code.workspace import SearchConfig, Workspace, WorkspaceRegistry, new_workspace, with_search
 from service.engine.records import DONE, PENDING
 from service.engine.store import Filter, Match
 from service.errors import NotFound, WorkspaceBroken, WorkspaceMissing
+from service.routing import node_for_workspace
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -51,6 +65,8 @@ log = logging.getLogger(__name__)
 
 TRIGRAM_DIR = "trigram"
 MISSING, BROKEN = "missing", "broken"
+# How a workspace learns of edits: its root is watched, or its files' mtimes are compared on search.
+WATCH, REVALIDATE = "watch", "revalidate"
 
 
 @dataclass
@@ -80,6 +96,9 @@ class WorkspaceRuntime:
         self.last_sync_at: float | None = None
         self.last_report: SyncReport | None = None
         self.progress: tuple[int, int] | None = None
+        self.watcher: RootWatcher | None = None
+        # Monotonic start of the last full revalidation that completed.
+        self.synced_from: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -87,6 +106,8 @@ class WorkspaceRuntime:
         return bool(self.cache.get_meta("complete"))
 
     def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
         self.cache.close()
 
 
@@ -98,13 +119,20 @@ class Workspaces:
         self.records = engine.records(SURFACE_NAME)
         self.registry = WorkspaceRegistry(engine.settings.data_dir)
         self._runtimes: dict[str, WorkspaceRuntime] = {}
-        self._opening = asyncio.Lock()
+        # Opens in flight, one per workspace: callers share it, and one that gives up (its request's
+        # deadline) leaves it running for the next, since healing a large workspace's trigram index
+        # can take longer than one request may wait.
+        self._opening: dict[str, asyncio.Task[WorkspaceRuntime]] = {}
         # One registration at a time: the ownership checks and the save are one step.
         self.registering = asyncio.Lock()
         # Workspaces whose cache failed to open, and why (the status and the dashboard show it).
         self.broken: dict[str, str] = {}
         # The warm regex matching processes of this engine's searches (closed with the workspaces).
         self.matchers = MatcherPool()
+        # Which open workspaces are in use; closes those left idle.
+        self.residency = Residency(engine.settings.workspace_idle_close_s, self._close_idle)
+        # Why a workspace's root is not watched (the watch limit, the root gone), as last seen here.
+        self.unwatched: dict[str, str] = {}
 
     # ---- registry ----------------------------------------------------------------------------
 
@@ -131,7 +159,7 @@ class Workspaces:
         self._update_runtime(updated)
         runtime = self._runtimes.get(updated.id)
         if runtime is not None:
-            runtime.last_sync_at = None  # skip_dirs may have changed: revalidate on next use
+            runtime.last_sync_at = runtime.synced_from = None  # skip_dirs may have changed: revalidate on next use
         return updated, False
 
     async def delete(self, workspace: Workspace) -> None:
@@ -139,6 +167,8 @@ class Workspaces:
         await self.reset_index(workspace)
         self.registry.delete(workspace.id)
         self.broken.pop(workspace.id, None)
+        self.unwatched.pop(workspace.id, None)
+        self.residency.forget(workspace.id, history=True)
         cache_dir = workspace.cache_dir(self.engine.settings)
         shutil.rmtree(cache_dir, ignore_errors=True)
         self._remove_stray_file(cache_dir)
@@ -146,6 +176,7 @@ class Workspaces:
 
     async def reset_index(self, workspace: Workspace) -> None:
         """Drop every indexed chunk of the workspace (store points, cache, trigram index)."""
+        await self._settle_open(workspace.id)
         runtime = self._runtimes.pop(workspace.id, None)
         if runtime is not None:
             async with runtime.lock:
@@ -212,16 +243,147 @@ class Workspaces:
         """The workspace's runtime if it is open (nothing is opened)."""
         return self._runtimes.get(workspace_id)
 
-    async def runtime(self, workspace: Workspace) -> WorkspaceRuntime:
+    @contextlib.contextmanager
+    def cache_view(self, workspace: Workspace) -> Iterator[ChunkCache]:
+        """The workspace's chunk cache to read: the open one, else one opened for the call and closed
+        after (a status never opens the workspace); ``WorkspaceBroken`` when it cannot be read."""
         runtime = self._runtimes.get(workspace.id)
         if runtime is not None:
-            return runtime
-        async with self._opening:
-            runtime = self._runtimes.get(workspace.id)
-            if runtime is None:
-                runtime = await self._open(workspace)
-                self._runtimes[workspace.id] = runtime
+            yield runtime.cache
+            return
+        cache_dir = workspace.cache_dir(self.engine.settings)
+        try:
+            cache = ChunkCache(cache_dir)
+            mark_no_index(cache_dir)
+        except (OSError, sqlite3.Error, ValueError) as exc:
+            log.warning("workspace cache cannot be opened", extra={"workspace": workspace.id, "error": str(exc)})
+            self.broken[workspace.id] = broken_message(workspace)
+            raise WorkspaceBroken(self.broken[workspace.id]) from None
+        try:
+            yield cache
+        finally:
+            cache.close()
+
+    async def runtime(self, workspace: Workspace) -> WorkspaceRuntime:
+        """The open workspace, opened (and its root watched) if it is not: the calling task uses it
+        (``residency.py``), so it stays open until that task ends and the idle period after."""
+        runtime = self._runtimes.get(workspace.id)
+        if runtime is None:
+            task = self._opening.get(workspace.id)
+            if task is None:
+                task = asyncio.create_task(self._open_and_keep(workspace), name=f"open workspace {workspace.id}")
+                self._opening[workspace.id] = task
+                task.add_done_callback(partial(self._opened, workspace.id))
+            runtime = await asyncio.shield(task)
+        self.residency.use(workspace.id)
         return runtime
+
+    async def _open_and_keep(self, workspace: Workspace) -> WorkspaceRuntime:
+        runtime = await self._open(workspace)
+        self._runtimes[workspace.id] = runtime
+        self._watch(runtime)
+        return runtime
+
+    def _opened(self, workspace_id: str, task: asyncio.Task[WorkspaceRuntime]) -> None:
+        if self._opening.get(workspace_id) is task:
+            del self._opening[workspace_id]
+        if not task.cancelled():
+            task.exception()  # retrieved here: every caller may have given up before it ended
+
+    async def _settle_open(self, workspace_id: str) -> None:
+        """Stop an open in flight (a reset or delete goes first) and wait until it has let go."""
+        task = self._opening.pop(workspace_id, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def _close_idle(self, workspace_id: str) -> bool:
+        """Close an idle workspace's cache, trigram reader and watch; False while it applies a change."""
+        runtime = self._runtimes.get(workspace_id)
+        if runtime is None:
+            return True
+        if runtime.lock.locked() or (runtime.watcher is not None and runtime.watcher.busy):
+            return False
+        del self._runtimes[workspace_id]
+        runtime.close()
+        return True
+
+    def resident(self, workspace: Workspace) -> dict[str, Any]:
+        """Whether the workspace is open in this process, when it was last used here (epoch seconds,
+        None since the process started) and after how long without use it closes."""
+        return {
+            "open": workspace.id in self._runtimes,
+            "last_used": self.residency.last_used(workspace.id),
+            "closes_after_s": self.residency.idle_close_s,
+        }
+
+    # ---- watching --------------------------------------------------------------------------------
+
+    def freshness(self, workspace: Workspace) -> tuple[str, str | None]:
+        """``(watch|revalidate, why not watched)``: how edits reach the index (see the module docstring)."""
+        off = self._not_watched_here(workspace)
+        if off is not None:
+            return REVALIDATE, off
+        runtime = self._runtimes.get(workspace.id)
+        watcher = runtime.watcher if runtime is not None else None
+        if watcher is not None and watcher.lost is not None:
+            return REVALIDATE, watcher.lost
+        if watcher is None and workspace.id in self.unwatched:
+            return REVALIDATE, self.unwatched[workspace.id]  # as last seen; the next open tries again
+        return WATCH, None
+
+    def _not_watched_here(self, workspace: Workspace) -> str | None:
+        settings = self.engine.settings
+        if not settings.workspace_watch:
+            return "workspace_watch is off"
+        if settings.workspace_nodes:
+            node = node_for_workspace(workspace.id, settings.workspace_nodes)
+            if node != settings.node_name:
+                return f"watched by its node {node}"
+        return None
+
+    def _watch(self, runtime: WorkspaceRuntime) -> None:
+        """Watch the runtime's root, unless this process may not (the setting, another node)."""
+        workspace = runtime.workspace
+        if self._not_watched_here(workspace) is not None:
+            return
+        settings = self.engine.settings
+        runtime.watcher = RootWatcher(
+            workspace.root,
+            lambda paths: self._apply_watched(runtime, paths),
+            lambda why: self._watch_lost(runtime, why),
+            pruned_names=(*DEFAULT_SKIP_DIRS, *settings.skip_dirs),
+            ignored_dirs=(*protected_dirs(settings), runtime.cache_dir),
+        )
+        runtime.watcher.start()
+
+    def _watch_lost(self, runtime: WorkspaceRuntime, why: str) -> None:
+        """The watch ended: the next search revalidates by mtime (and every search after, as due)."""
+        self.unwatched[runtime.workspace.id] = why
+        runtime.last_sync_at = runtime.synced_from = None
+
+    async def _apply_watched(self, runtime: WorkspaceRuntime, paths: set[str]) -> None:
+        """Index the changed files (a changed directory or ignore file: revalidate the whole tree)."""
+        workspace = runtime.workspace
+        pruned = {*DEFAULT_SKIP_DIRS, *self.engine.settings.skip_dirs, *workspace.search.skip_dirs}
+        whole = any(_changes_rules(workspace.root, path, pruned) for path in paths)
+        async with runtime.lock:
+            if self._runtimes.get(workspace.id) is not runtime:
+                return  # closed or reset meanwhile: the next open revalidates
+            started = time.monotonic()
+            try:
+                if whole:
+                    report = await sync(self.engine, runtime)
+                    runtime.last_report = report
+                    runtime.last_sync_at = time.monotonic() if report.complete else None
+                    runtime.synced_from = started if report.complete else None
+                else:
+                    await sync_paths(self.engine, runtime, paths)
+            except (IndexLocked, OSError) as exc:
+                # Another process writing the index, or the root going away: the next search revalidates.
+                log.warning("watched changes not applied", extra={"workspace": workspace.id, "error": str(exc)})
+                runtime.last_sync_at = runtime.synced_from = None
 
     async def _open(self, workspace: Workspace) -> WorkspaceRuntime:
         """Open the workspace's cache; ``WorkspaceBroken`` when it cannot be read."""
@@ -235,6 +397,10 @@ class Workspaces:
             log.warning("workspace cache cannot be opened", extra={"workspace": workspace.id, "error": str(exc)})
             self.broken[workspace.id] = broken_message(workspace)
             raise WorkspaceBroken(self.broken[workspace.id]) from None
+        except asyncio.CancelledError:
+            if runtime is not None:
+                runtime.close()
+            raise
         self.broken.pop(workspace.id, None)
         return runtime
 
@@ -265,6 +431,10 @@ class Workspaces:
         runtime.cache.set_meta("record_format", RECORD_FORMAT)
 
     def close(self) -> None:
+        self.residency.close()
+        for task in self._opening.values():
+            task.cancel()
+        self._opening.clear()
         for runtime in self._runtimes.values():
             runtime.close()
         self._runtimes.clear()
@@ -285,6 +455,8 @@ class Workspaces:
         A root that is gone is ``WorkspaceMissing``, checked first (a stat), so nothing stale is served."""
         self.require_root(workspace)
         runtime = await self.runtime(workspace)
+        if not force and self._watched(runtime):
+            return await self._settle(runtime, wait_s)
         if not force and self._recent(runtime):
             return Freshness()
         give_up = time.monotonic() + wait_s
@@ -301,6 +473,7 @@ class Workspaces:
                 if progress is not None:
                     progress(done, total)
 
+            started = time.monotonic()
             try:
                 report = await sync(self.engine, runtime, deadline=deadline, progress=track)
             except IndexLocked:
@@ -313,8 +486,31 @@ class Workspaces:
             runtime.last_report = report
             # An unfinished pass is not "fresh": the next search (or the index job) continues it.
             runtime.last_sync_at = time.monotonic() if report.complete else None
+            runtime.synced_from = started if report.complete else None
         notices = [] if report.complete else [_partial_notice(report)]
         return Freshness(report=report, notices=notices)
+
+    @staticmethod
+    def _watched(runtime: WorkspaceRuntime) -> bool:
+        """Whether the watch has been in place since before the last complete revalidation began:
+        every edit since is applied by the watch, and a search need not walk the tree."""
+        watcher = runtime.watcher
+        return (
+            watcher is not None
+            and watcher.watching
+            and watcher.ready_at is not None
+            and runtime.synced_from is not None
+            and runtime.synced_from >= watcher.ready_at
+        )
+
+    async def _settle(self, runtime: WorkspaceRuntime, wait_s: float) -> Freshness:
+        """A watched workspace: wait (up to ``wait_s``) for the changes seen to be applied."""
+        give_up = time.monotonic() + wait_s
+        while (runtime.lock.locked() or (runtime.watcher is not None and runtime.watcher.busy)) and time.monotonic() < give_up:
+            await asyncio.sleep(0.02)
+        if runtime.lock.locked():
+            return Freshness(busy=True, notices=[_building_notice(runtime)])
+        return Freshness()
 
     def _recent(self, runtime: WorkspaceRuntime) -> bool:
         interval = self.engine.settings.revalidate_interval_s
@@ -329,6 +525,18 @@ class Workspaces:
         embedded = await self.records.count(base.and_(Match("embed_state", DONE)))
         pending = await self.records.count(base.and_(Match("embed_state", PENDING)))
         return {"chunks": total, "embedded": embedded, "pending": pending, "cold": max(total - embedded - pending, 0)}
+
+
+def _changes_rules(root: Path, path: str, pruned: set[str]) -> bool:
+    """Whether a change at ``path`` may change which files are listed: an ignore file, or a
+    directory (created, moved in, renamed) that the walk enters."""
+    name = path.rpartition("/")[2]
+    if name == ".gitignore" or path == ".git/info/exclude":
+        return True
+    try:
+        return name not in pruned and (root / path).is_dir() and not (root / path).is_symlink()
+    except OSError:
+        return False
 
 
 def missing_message(workspace: Workspace) -> str:

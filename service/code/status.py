@@ -13,34 +13,48 @@ if TYPE_CHECKING:
 
 async def index_status(workspaces: Workspaces, workspace: Workspace) -> dict[str, Any]:
     """Files, chunks, embedded, pending, cold, warming, skip counts and the last revalidation
-    (``missing`` or ``broken``, with a ``problem`` saying what to do, when it cannot be searched)."""
+    (``missing`` or ``broken``, with a ``problem`` saying what to do, when it cannot be searched),
+    whether it is open here (``resident``) and how edits reach its index (``freshness``). Reading the
+    status does not open the workspace."""
     if not workspaces.root_exists(workspace):
         return await _problem_status(workspaces, workspace, MISSING, missing_message(workspace))
+    runtime = workspaces.opened(workspace.id)
     try:
-        runtime = await workspaces.runtime(workspace)
+        with workspaces.cache_view(workspace) as cache:
+            files, chunks, skipped, complete = cache.file_count(), cache.chunk_count(), cache.get_meta("skipped"), cache.get_meta("complete")
     except WorkspaceBroken as exc:
         return await _problem_status(workspaces, workspace, BROKEN, exc.message)
     counts = await workspaces.counts(workspace)
-    building = runtime.lock.locked() or not runtime.complete
+    building = (runtime is not None and runtime.lock.locked()) or not complete
     unembedded = counts["pending"] + counts["cold"]
+    progress = runtime.progress if runtime is not None else None
+    last_report = runtime.last_report if runtime is not None else None
     return {
         "id": workspace.id,
         "root": str(workspace.root),
         "search": workspace.search.as_dict(),
         "state": "indexing" if building else "ready",
-        "files": runtime.cache.file_count(),
-        "chunks": runtime.cache.chunk_count(),
+        "files": files,
+        "chunks": chunks,
         "embedded": counts["embedded"],
         "pending": counts["pending"],
         "cold": counts["cold"],
         "warm": workspace.warm,
         "warming": workspace.warm and unembedded > 0,
-        "skipped": runtime.cache.get_meta("skipped") or {},
-        "progress": {"files_done": runtime.progress[0], "files_total": runtime.progress[1]} if runtime.progress else None,
-        "last_sync": runtime.last_report.as_dict() if runtime.last_report else None,
+        "skipped": skipped or {},
+        "progress": {"files_done": progress[0], "files_total": progress[1]} if progress else None,
+        "last_sync": last_report.as_dict() if last_report else None,
         "created_at": workspace.created_at,
         "problem": None,
+        **_lifecycle(workspaces, workspace),
     }
+
+
+def _lifecycle(workspaces: Workspaces, workspace: Workspace) -> dict[str, Any]:
+    """``resident`` (open here, last used, closes after) and ``freshness`` (``watch`` or
+    ``revalidate``, with ``freshness_reason`` saying why it is not watched)."""
+    mode, reason = workspaces.freshness(workspace)
+    return {"resident": workspaces.resident(workspace), "freshness": mode, "freshness_reason": reason}
 
 
 async def _problem_status(workspaces: Workspaces, workspace: Workspace, state: str, problem: str) -> dict[str, Any]:
@@ -64,4 +78,5 @@ async def _problem_status(workspaces: Workspaces, workspace: Workspace, state: s
         "last_sync": None,
         "created_at": workspace.created_at,
         "problem": problem,
+        **_lifecycle(workspaces, workspace),
     }

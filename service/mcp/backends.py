@@ -26,7 +26,7 @@ from service.code.registration import register_workspace
 from service.code.semantic import schedule_indexing
 from service.code.state import workspaces_of
 from service.code.workspace import SearchConfig, Workspace, is_workspace_id, workspace_id
-from service.engine.surface import run_search
+from service.engine.analytics import recorded_search
 from service.errors import NotFound, ValidationError
 
 if TYPE_CHECKING:
@@ -82,16 +82,16 @@ class EngineBackend:
     _registering: asyncio.Lock = field(default_factory=asyncio.Lock, compare=False, repr=False)
 
     async def catalog_search(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        answer = await run_search(self.engine, CATALOG, self.caller, arguments)
+        answer = await recorded_search(self.engine, CATALOG, self.caller, arguments)
         return answer.body
 
     async def code_search(self, workspace: str, arguments: dict[str, Any]) -> dict[str, Any]:
         found = await self._workspace(workspace)
-        answer = await run_search(self.engine, CODE, self.caller, arguments, target=found.id)
+        answer = await recorded_search(self.engine, CODE, self.caller, arguments, target=found.id)
         return answer.body
 
     async def action_search(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        answer = await run_search(self.engine, ACTIONS, self.caller, arguments)
+        answer = await recorded_search(self.engine, ACTIONS, self.caller, arguments)
         return answer.body
 
     async def waiting_summary(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ One browser and one app for the module (each costs seconds); each test uses its 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import AsyncIterator
@@ -21,11 +22,14 @@ import pytest_asyncio
 import redis.asyncio as aioredis
 from playwright.async_api import Browser, async_playwright, expect
 
+from service.engine.analytics import analytics_of
 from service.engine.queue import forget_deployment
 from service.settings import Settings
 from service.state import ENGINE
+from tests.actions.helpers import GMAIL, SLACK, oauth, put_instances, put_templates
 from tests.admin.helpers import HOLD, admin_client, enqueue_hold, job, release, wait_status
-from tests.callers import ADMIN, TEST_SECRET, token_of
+from tests.callers import ADMIN, ALICE, BOB, SALES_ALICE, TEST_SECRET, auth, token_of
+from tests.catalog.fixtures import CAPABILITIES, DOMAINS, put, wait_embedded
 from tests.helpers import REDIS_URL, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -313,3 +317,112 @@ async def test_bulk_retry_and_confirmed_delete_on_dead(browser: Browser, served:
     finally:
         await context.close()
         await plain.close()
+
+
+async def test_analytics_page_lists_real_searches_filters_by_tenant_and_fits_a_phone(browser: Browser, served: Any) -> None:
+    """The Analytics tab after real searches: per surface the top, no-result and slowest queries; the
+    tenant filter is a plain form; at 390 px the page does not scroll sideways."""
+    base = str(served.make_url("")).rstrip("/")
+    await put_templates(served, [GMAIL, SLACK])
+    await put_instances(served, SALES_ALICE, oauth("gmail_work", "gmail", "google"), oauth("slack_team", "slack", "slack"))
+    searches = [
+        ("/v1/actions/search", SALES_ALICE, "send an email"),
+        ("/v1/actions/search", SALES_ALICE, "Send an  email"),
+        ("/v1/actions/search", SALES_ALICE, "send an email"),
+        ("/v1/actions/search", SALES_ALICE, "post a message to a channel"),
+        ("/v1/actions/search", SALES_ALICE, "list messages in the mailbox"),
+        ("/v1/actions/search", BOB, "send an email"),
+        ("/v1/catalog/search", ALICE, "quarterly tax filing"),
+    ]
+    for path, headers, query in searches:
+        body = {"query": query, **({"ranking": "lexical"} if path == "/v1/catalog/search" else {})}
+        response = await served.post(path, json=body, headers=headers)
+        assert response.status == 200, await response.text()
+    await analytics_of(served.app[ENGINE]).settle()
+    desktop = await browser.new_context(viewport={"width": 1280, "height": 900})
+    phone = await browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = await desktop.new_page()
+        await _log_in(page, base)
+        await page.goto(f"{base}/admin/busy")
+        await page.click('#tabs a[data-tab="analytics"]')  # a plain link in the header bar of every page
+        await page.wait_for_url(f"{base}/admin/analytics")
+        await expect(page.locator('#tabs a[data-tab="analytics"]')).to_have_attribute("aria-current", "page")
+        await expect(page.locator('#top-actions tr[data-query="send an email"] td[data-count]')).to_have_text("4")
+        await expect(page.locator('#no-results-actions tr[data-query="send an email"] td.tenants')).to_have_text("org:bobco")
+        await expect(page.locator('#no-results-catalog tr[data-query="quarterly tax filing"]')).to_have_count(1)
+        await expect(page.locator("#slowest-actions tr[data-query] td[data-ms]")).to_have_count(3)
+        if SCREENSHOTS:
+            await page.screenshot(path=str(ROOT / SCREENSHOTS / "admin-analytics.png"), full_page=True)
+        await page.select_option("#analytics-tenant", "org:bobco")
+        await page.click("#analytics-form button[type=submit]")
+        await page.wait_for_url("**/admin/analytics?tenant=org%3Abobco*")
+        await expect(page.locator("#top-actions tr[data-query]")).to_have_count(1)
+        await expect(page.locator('#top-actions tr[data-query="send an email"] td[data-count]')).to_have_text("1")
+        await expect(page.locator("#top-catalog tr[data-query]")).to_have_count(0)
+
+        small = await phone.new_page()
+        await _log_in(small, base)
+        await small.goto(f"{base}/admin/analytics")
+        await expect(small.locator('#top-actions tr[data-query="send an email"]')).to_have_count(1)
+        width = await small.evaluate("document.scrollingElement.scrollWidth")
+        assert width <= 390, f"/admin/analytics is {width} px wide at 390 px: the page scrolls sideways"
+        ARTIFACTS.mkdir(exist_ok=True)
+        await small.screenshot(path=str(ARTIFACTS / "admin-analytics-phone.png"), full_page=True)
+    finally:
+        await desktop.close()
+        await phone.close()
+
+
+async def test_playground_searches_as_a_caller_and_fits_a_phone(browser: Browser, served: Any) -> None:
+    """The playground in Chromium: pick the surface and the caller, search, read each hit's channel
+    scores and the timings; the URL reopens the same trace; an empty query answers the form with its
+    message; at 390 px the page does not scroll sideways (the table scrolls in its box)."""
+    base = str(served.make_url("")).rstrip("/")
+    park = {"type": "package", "id": "park-mailer", "name": "park-mailer", "summary": "Email the park rangers a daily message digest.", "tags": ["email"]}
+    await put(served, DOMAINS + CAPABILITIES, caller=ADMIN)
+    await put(served, [park], caller=auth("pat", org="parkco"), owner="org")
+    await wait_embedded(served)
+    desktop = await browser.new_context(viewport={"width": 1280, "height": 900})
+    phone = await browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = await desktop.new_page()
+        await _log_in(page, base)
+        await page.click('#tabs a[data-tab="playground"]')  # a plain link in the header bar
+        await page.wait_for_url(f"{base}/admin/playground")
+        await page.select_option("#pg-surface", "catalog")
+        await page.fill("#pg-sub", "pat")
+        await page.fill("#pg-org", "parkco")
+        await page.fill("#pg-query", "send an email message")
+        await page.click("#pg-run")
+        await page.wait_for_url("**/admin/playground?*query=send+an+email+message*")
+        rows = page.locator("#pg-results tbody tr[data-rank]")
+        await expect(rows.first).to_have_attribute("data-id", "capability:emailSend")
+        await expect(page.locator('#pg-results tr[data-id="package:park-mailer"]')).to_have_count(1)  # the org's package reaches pat
+        assert await rows.count() >= 3
+        for channel in ("score", "lexical", "dense", "fused"):
+            await expect(rows.first.locator(f'td[data-channel="{channel}"]')).to_have_text(re.compile(r"^-?\d+\.\d{4}$"))
+        await expect(page.locator("#pg-total")).to_have_text(re.compile(r"^[\d.]+ ms$"))
+        await expect(page.locator('#pg-timings tr[data-phase="loadAndRank"]')).to_have_count(1)
+        await expect(page.locator("#pg-caller")).to_contain_text("global, user:pat, org:parkco")
+        if SCREENSHOTS:
+            await page.screenshot(path=str(ROOT / SCREENSHOTS / "admin-playground.png"), full_page=True)
+        shared = page.url
+
+        await page.fill("#pg-query", "")
+        await page.click("#pg-run")
+        await expect(page.locator("#playground-error")).to_contain_text("query is empty")
+        await expect(page.locator("#pg-results")).to_have_count(0)
+        await expect(page.locator("#pg-sub")).to_have_value("pat")  # the form keeps what was typed
+
+        small = await phone.new_page()
+        await _log_in(small, base)
+        await small.goto(shared)
+        await expect(small.locator("#pg-results tbody tr[data-rank]").first).to_have_attribute("data-id", "capability:emailSend")
+        width = await small.evaluate("document.scrollingElement.scrollWidth")
+        assert width <= 390, f"/admin/playground is {width} px wide at 390 px: the page scrolls sideways"
+        ARTIFACTS.mkdir(exist_ok=True)
+        await small.screenshot(path=str(ARTIFACTS / "admin-playground-phone.png"), full_page=True)
+    finally:
+        await desktop.close()
+        await phone.close()

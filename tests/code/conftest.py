@@ -4,8 +4,9 @@ workspaces; ``variant`` settings for tests that need an app configured otherwise
 
 from __future__ import annotations
 
+import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,11 @@ async def module_prefix() -> AsyncIterator[str]:
 
 
 @pytest.fixture(scope="module")
-def module_settings(tmp_path_factory: pytest.TempPathFactory, module_prefix: str) -> Settings:
+def module_settings(tmp_path_factory: pytest.TempPathFactory, module_prefix: str) -> Iterator[Settings]:
+    """The module's settings; its directory (data, workspaces, variants') is removed after the module."""
     base = tmp_path_factory.mktemp("code")
     (base / "workspaces").mkdir()
-    return Settings(
+    yield Settings(
         data_dir=base / "data",
         redis_url=REDIS_URL,
         queue_prefix=module_prefix,
@@ -49,7 +51,11 @@ def module_settings(tmp_path_factory: pytest.TempPathFactory, module_prefix: str
         worker_health_check_s=5,
         job_timeout_s=60,
         revalidate_interval_s=0.0,
+        # These modules assert what each search's revalidation reports: no watch applies an edit first
+        # (tests/code/test_watcher.py covers watched workspaces).
+        workspace_watch=False,
     )
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def variant(settings: Settings, name: str, **changes: Any) -> Settings:

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.code.trees import write_tree
-from tests.helpers import REDIS_URL
+from tests.helpers import REDIS_URL, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSI = "\x1b["
 
 
 @pytest.fixture(scope="module")
-def cli_env() -> dict[str, str]:
+def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         HF_HUB_OFFLINE="1",
@@ -34,8 +34,13 @@ def cli_env() -> dict[str, str]:
         AGENTSEARCH_QUEUE_PREFIX=f"agentsearch-test-cli-{uuid.uuid4().hex[:8]}",
         # Lexical only: these tests are about the commands, and loading the model costs seconds a process.
         AGENTSEARCH_EMBEDDINGS_MODEL="none",
+        # The one-shot commands' default data directory lives in the test's own cache, and no service
+        # answers where `search` looks first (a port nothing listens on).
+        XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg-cache")),
+        AGENTSEARCH_URL=f"http://127.0.0.1:{free_port()}",
     )
-    env.pop("AGENTSEARCH_CONFIG", None)
+    for name in ("AGENTSEARCH_CONFIG", "AGENTSEARCH_TOKEN", "AGENTSEARCH_JWT_SECRET", "AGENTSEARCH_DATA_DIR"):
+        env.pop(name, None)
     return env
 
 
@@ -83,8 +88,9 @@ def test_index_through_a_pipe_prints_a_summary_and_no_progress_bar(indexed: tupl
 
 
 def test_index_dot_never_indexes_its_own_data_directory(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    """``agentsearch index .`` in a project whose ``./data`` is the default data directory (with the
-    dev JWT secret in it): the walk skips it, so no search finds the secret."""
+    """``agentsearch index .`` in a project whose ``./data`` holds the dev JWT secret (the service's
+    default data directory): the one-shot commands keep their data in the user's cache, and the walk
+    skips ``./data``, so no search finds the secret."""
     project = tmp_path / "project"
     project.mkdir()
     (project / "app.py").write_text("def handler():\n    return 'ok'\n")
@@ -92,11 +98,13 @@ def test_index_dot_never_indexes_its_own_data_directory(tmp_path: Path, cli_env:
     def here(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, env=cli_env, cwd=project, timeout=180)
 
-    assert here("token", "--sub", "dev").returncode == 0  # writes ./data/jwt-secret
+    assert here("token", "--sub", "dev", "--new-secret").returncode == 0  # writes ./data/jwt-secret
     secret = (project / "data" / "jwt-secret").read_text().strip()
     indexed = here("index", ".", "--json")
     assert indexed.returncode == 0, indexed.stderr
     assert json.loads(indexed.stdout)["files"] == 1, "app.py alone: nothing under ./data"
+    assert sorted(p.name for p in project.iterdir()) == ["app.py", "data"], "no data directory made in the tree"
+    assert (Path(cli_env["XDG_CACHE_HOME"]) / "agentsearch" / "index").is_dir(), "the index lives in the user's cache"
     for query in (secret, "jwt"):
         found = here("search", ".", query, "--mode", "lexical", "--json")
         assert found.returncode == 1 and json.loads(found.stdout)["results"] == [], found.stdout

@@ -462,7 +462,9 @@ async def test_a_dev_token_of_another_data_directory_is_told_so_and_the_token_co
     for extra, message in refusals.items():
         assert main(["token", "--data-dir", str(other), "--sub", "ann", *extra]) == 2
         assert message in capsys.readouterr().err, extra
-    assert main(["token", "--data-dir", str(other), "--sub", "ann", "--json"]) == 0
+    assert main(["token", "--data-dir", str(other), "--sub", "ann", "--json"]) == 2, "no secret there: none is invented"
+    assert "no secret at" in capsys.readouterr().err and not (other / "jwt-secret").exists()
+    assert main(["token", "--data-dir", str(other), "--sub", "ann", "--json", "--new-secret"]) == 0
     minted = orjson.loads(capsys.readouterr().out)
     claims = minted["claims"]
     assert claims["iss"] == "agentsearch-dev" and claims["exp"] - claims["iat"] == 7200, claims
@@ -679,7 +681,7 @@ async def test_every_operation_refuses_callers_without_the_right_token(client: C
     for method, path in _operations():
         if path in PUBLIC or path.startswith("/admin/static"):
             continue
-        is_page = path == "/admin" or path.startswith("/admin/jobs/")
+        is_page = path in ("/admin", "/admin/playground") or path.startswith("/admin/jobs/")
         for headers, expected in (({}, 401), (forged_admin, 401)):
             status, _, text = await _call(client, method, path, headers, {})
             if is_page:

@@ -12,7 +12,7 @@ from service.engine.startup import open_engine
 from service.settings import Settings
 from service.surfaces import surfaces
 from tests.callers import TEST_SECRET
-from tests.helpers import REDIS_URL
+from tests.helpers import MODEL_ARTIFACTS, REDIS_URL
 from workers.settings import build_workers, run_workers
 
 SPEC = collection_spec("crashdocs")
@@ -20,7 +20,19 @@ RECORDS = 600
 
 
 def crash_settings(data_dir: Path, prefix: str) -> Settings:
-    return Settings(data_dir=data_dir, redis_url=REDIS_URL, queue_prefix=prefix, jwt_secret=TEST_SECRET, job_timeout_s=30, sweep_interval_s=2)
+    """The worker's settings, in the child and in the test. A killed job runs again once arq's
+    in-progress key of it expires, ``job_timeout_s`` + 10 s after it started; the timeout leaves an
+    embed job of 512 records room on a busy machine. The suite's shared model-artifact directory
+    spares the child an ONNX export."""
+    return Settings(
+        data_dir=data_dir,
+        redis_url=REDIS_URL,
+        queue_prefix=prefix,
+        jwt_secret=TEST_SECRET,
+        job_timeout_s=30,
+        sweep_interval_s=2,
+        model_artifact_dir=MODEL_ARTIFACTS,
+    )
 
 
 def records() -> list[IndexRecord]:

@@ -169,6 +169,9 @@
     const problems = (state.workspaces || []).map((w) =>
       el("tr", { "data-workspace": w.id }, el("td", {}, w.id), el("td", {}, w.tenant), el("td", {}, w.root), el("td", { class: `state-${w.state}` }, w.state), el("td", {}, w.problem)));
     replaceRows("workspace-problems", problems, "none: every workspace's root and cache are there", 5);
+    const open = (state.open_workspaces || []).map((w) =>
+      el("tr", { "data-workspace": w.id }, el("td", {}, w.id), el("td", {}, w.tenant), el("td", {}, w.root), el("td", {}, when(w.last_used_ms)), el("td", { title: w.freshness_reason || "" }, w.freshness)));
+    replaceRows("workspace-open", open, "none: a workspace opens when searched and closes when left idle", 5);
   }
 
   function jobParams() {

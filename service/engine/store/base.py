@@ -135,6 +135,9 @@ class DenseQuery:
     vector: Sequence[float]
     filter: Filter | None = None
     limit: int = 10
+    fields: tuple[str, ...] | None = None
+    """The payload fields each hit carries (None: all of them): a caller that reads a few fields of
+    large payloads asks for only those."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,8 @@ class TextQuery:
     query_terms: str
     filter: Filter | None = None
     limit: int = 10
+    fields: tuple[str, ...] | None = None
+    """The payload fields each hit carries (None: all of them)."""
 
 
 Query = DenseQuery | TextQuery
@@ -235,8 +240,8 @@ class Store(Protocol):
 
     async def search_batch(self, collection: str, queries: Sequence[Query]) -> list[list[Hit]]:
         """Several dense and BM25 queries in one engine call: each one's hits, in the order of
-        ``queries``, as ``search_dense`` or ``search_text`` answers it alone. A vector the collection
-        lacks fails the whole batch (StoreError)."""
+        ``queries``, as ``search_dense`` or ``search_text`` answers it alone (with only the payload
+        ``fields`` a query names). A vector the collection lacks fails the whole batch (StoreError)."""
 
     async def flush(self) -> None:
         """Make every acknowledged write durable."""

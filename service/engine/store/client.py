@@ -284,14 +284,14 @@ class QdrantClientStore:
             if isinstance(query, DenseQuery):
                 requests.append(
                     models.QueryRequest(
-                        query=floats(query.vector), using=query.vector_name, filter=optional_filter(query.filter), limit=query.limit, with_payload=True
+                        query=floats(query.vector), using=query.vector_name, filter=optional_filter(query.filter), limit=query.limit, with_payload=_selected(query.fields)
                     )
                 )
             elif query.query_terms.split():
                 text_field = await self._text_field(collection)
                 requests.append(
                     models.QueryRequest(
-                        query=models.TextQuery(text=query.query_terms), using=text_field, filter=optional_filter(query.filter), limit=query.limit, with_payload=True
+                        query=models.TextQuery(text=query.query_terms), using=text_field, filter=optional_filter(query.filter), limit=query.limit, with_payload=_selected(query.fields)
                     )
                 )
         answered: list[models.QueryResponse] = []
@@ -359,6 +359,11 @@ class QdrantClientStore:
                 self._text_fields[collection] = field_name
                 return field_name
         raise StoreError(f"collection {collection!r} has no text index with scoring; call ensure_collection first")
+
+
+def _selected(fields: tuple[str, ...] | None) -> bool | list[str]:
+    """A query's ``with_payload``: every field, or only those named."""
+    return True if fields is None else list(fields)
 
 
 @contextmanager

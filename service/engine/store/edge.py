@@ -582,10 +582,10 @@ class EdgeStore:
         for query in queries:
             if isinstance(query, DenseQuery):
                 nearest = qe.Query.Nearest(floats(query.vector), using=query.vector_name)
-                requests.append(qe.QueryRequest(limit=query.limit, query=nearest, filter=optional_filter(query.filter), with_payload=True))
+                requests.append(qe.QueryRequest(limit=query.limit, query=nearest, filter=optional_filter(query.filter), with_payload=_selected(query.fields)))
             elif query.query_terms.split():
                 text = qe.TextQuery(coll.spec.text_field, query.query_terms)
-                requests.append(qe.QueryRequest(limit=query.limit, query=text, filter=optional_filter(query.filter), with_payload=True))
+                requests.append(qe.QueryRequest(limit=query.limit, query=text, filter=optional_filter(query.filter), with_payload=_selected(query.fields)))
         answered: list[list[qe.ScoredPoint]] = []
         if requests:
             with coll.errors("search a batch"):
@@ -597,6 +597,11 @@ class EdgeStore:
             else []
             for query in queries
         ]
+
+def _selected(fields: tuple[str, ...] | None) -> bool | list[str]:
+    """A query's ``with_payload``: every field, or only those named."""
+    return True if fields is None else list(fields)
+
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):

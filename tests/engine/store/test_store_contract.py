@@ -305,6 +305,25 @@ async def test_hybrid_rrf_keeps_each_side_and_scores_by_rank(store: Store, colle
     assert keys(dense_only)[0] == "dense-only"
 
 
+async def test_a_batch_query_naming_payload_fields_gets_only_those(store: Store, collection: str) -> None:
+    points = [rec(collection, f"a{i}", "A", f"payroll report{i}", unit(1, 1 + i), body="x" * 500, hidden=i % 2 == 0) for i in range(4)]
+    await ready(store, collection, points)
+    only_a = Filter(must=(Match("tenant", "A"),))
+    trimmed = await store.search_batch(
+        collection,
+        [DenseQuery("dense", axis(0), only_a, limit=4, fields=("key",)), TextQuery("payroll report2", only_a, limit=4, fields=("key", "terms", "hidden"))],
+    )
+    full = await store.search_batch(collection, [DenseQuery("dense", axis(0), only_a, limit=4), TextQuery("payroll report2", only_a, limit=4)])
+    assert [keys(hits) for hits in trimmed] == [keys(hits) for hits in full]  # the same hits, in the same order
+    assert [h.score for h in trimmed[1]] == pytest.approx([h.score for h in full[1]], abs=1e-4)
+    assert all(dict(h.payload) == {"key": h.payload["key"]} for h in trimmed[0])
+    by_key = {h.payload["key"]: h.payload for h in full[1]}
+    for hit in trimmed[1]:
+        assert dict(hit.payload) == {"key": hit.payload["key"], "terms": by_key[hit.payload["key"]]["terms"], "hidden": by_key[hit.payload["key"]]["hidden"]}
+    assert {type(h.payload["hidden"]) for h in trimmed[1]} == {bool}  # a boolean comes back as stored
+    assert all(dict(h.payload) == dict(next(p for p in points if p.payload["key"] == h.payload["key"]).payload) for h in full[0])
+
+
 # ---- filters -------------------------------------------------------------------------------
 
 

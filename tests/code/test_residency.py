@@ -1,0 +1,143 @@
+"""Memory that follows use: a workspace is opened by a search or an index run, closed after
+``workspace_idle_close_s`` without one, opened again by the next search with the same answers, and
+after a restart stays closed until it is searched; the status says which, and reading it opens nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from service.admin.indexstate import open_workspaces
+from service.code.state import workspaces_of
+from service.settings import Settings
+from service.state import ENGINE
+from tests.code.conftest import variant
+from tests.code.helpers import register, search, status, wait_indexed
+from tests.helpers import running_app, wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+IDLE_S = 0.5
+
+
+def answer_of(found: dict[str, Any]) -> list[tuple[str, int]]:
+    return [(result["path"], result["line"]) for result in found["results"]]
+
+
+async def wait_closed(client: TestClient[Any, Any], wid: str) -> dict[str, Any]:
+    async def closed() -> bool:
+        return (await status(client, wid))["resident"]["open"] is False
+
+    await wait_until(closed, timeout_s=10)
+    return await status(client, wid)
+
+
+async def test_an_idle_workspace_closes_and_the_next_search_reopens_it(module_settings: Settings, tree: Path) -> None:
+    settings = variant(module_settings, "idle", embeddings_model=None, workspace_watch=True, workspace_idle_close_s=IDLE_S)
+    async with running_app(settings) as client:
+        wid = (await register(client, tree))["id"]
+        await wait_indexed(client, wid)
+        first = await search(client, wid, query="hash_password", mode="lexical")
+        assert answer_of(first), first
+        opened = await status(client, wid)
+        assert opened["resident"]["closes_after_s"] == IDLE_S and opened["resident"]["last_used"] is not None
+        shown = {row["id"]: row for row in open_workspaces(client.app[ENGINE])}
+        assert shown[wid]["freshness"] == "watch" and shown[wid]["last_used_ms"] is not None, "the dashboard lists it as open"
+
+        closed = await wait_closed(client, wid)
+        assert workspaces_of(client.app[ENGINE]).opened(wid) is None
+        assert wid not in {row["id"] for row in open_workspaces(client.app[ENGINE])}
+
+        async def unwatched() -> bool:
+            return not any(thread.name == f"watch {tree.resolve()}" for thread in threading.enumerate())
+
+        await wait_until(unwatched, timeout_s=10)
+        assert closed["state"] == "ready" and closed["files"] == opened["files"] and closed["chunks"] == opened["chunks"]
+        assert closed["freshness"] == "watch", "a closed workspace is watched again when it opens"
+
+        again = await search(client, wid, query="hash_password", mode="lexical")
+        assert answer_of(again) == answer_of(first)
+        reopened = await status(client, wid)
+        assert reopened["resident"]["open"] is True and reopened["resident"]["last_used"] >= opened["resident"]["last_used"]
+
+
+async def test_searches_racing_the_close_all_answer_the_same(module_settings: Settings, tree: Path) -> None:
+    """The idle period is shorter than the pauses between searches: the workspace closes between
+    most of them and some searches arrive while it closes; none fails and none answers otherwise."""
+    settings = variant(module_settings, "race", embeddings_model=None, workspace_watch=True, workspace_idle_close_s=0.05)
+    async with running_app(settings) as client:
+        wid = (await register(client, tree))["id"]
+        await wait_indexed(client, wid)
+        expected = answer_of(await search(client, wid, query="refund_payment", mode="lexical"))
+        assert expected
+        closes = 0
+        for round_ in range(12):
+            answers = await asyncio.gather(*(search(client, wid, query="refund_payment", mode="lexical") for _ in range(3)))
+            assert all(answer_of(answer) == expected for answer in answers), round_
+            # Pauses from none to three idle periods: some searches land as it closes, and the longest
+            # pauses leave the closing task (ticking every idle period) a whole tick to close it in.
+            await asyncio.sleep(0.05 * (round_ % 4))
+            closes += (await status(client, wid))["resident"]["open"] is False
+        assert closes > 0, "the workspace never closed between searches"
+
+
+async def test_after_a_restart_no_workspace_is_open_until_searched(module_settings: Settings, tree: Path) -> None:
+    settings = variant(module_settings, "restart", embeddings_model=None, workspace_watch=True)
+    other = shutil.copytree(tree, tree.parent / f"{tree.name}-other")
+    async with running_app(settings) as client:
+        wids = [(await register(client, root))["id"] for root in (tree, other)]
+        for wid in wids:
+            await wait_indexed(client, wid)
+        before = answer_of(await search(client, wids[0], query="hash_password", mode="lexical"))
+    async with running_app(settings) as client:
+        workspaces = workspaces_of(client.app[ENGINE])
+        for wid in wids:
+            state = await status(client, wid)
+            assert state["resident"] == {"open": False, "last_used": None, "closes_after_s": settings.workspace_idle_close_s}
+            assert state["state"] == "ready" and state["files"] > 0
+            assert workspaces.opened(wid) is None, "reading the status opened nothing"
+        after = answer_of(await search(client, wids[0], query="hash_password", mode="lexical"))
+        assert after == before
+        assert (await status(client, wids[0]))["resident"]["open"] is True
+        assert workspaces.opened(wids[1]) is None
+
+
+async def test_an_open_a_caller_gives_up_on_goes_on_for_the_next(module_settings: Settings, tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Healing a workspace on open (its trigram index rebuilt from the chunk cache) can outlast one
+    request's deadline: the caller that gives up leaves the open running, and the next caller gets
+    that open's result instead of starting the rebuild over."""
+    settings = variant(module_settings, "giveup", embeddings_model=None, workspace_watch=False)
+    async with running_app(settings) as client:
+        wid = (await register(client, tree))["id"]
+        await wait_indexed(client, wid)
+        before = answer_of(await search(client, wid, query="hash_password", mode="lexical"))
+        workspace = workspaces_of(client.app[ENGINE]).registry.get(wid)
+        assert workspace is not None
+        cache_dir = workspace.cache_dir(settings)
+    shutil.rmtree(cache_dir / "trigram")  # what a crash between the two writes leaves apart
+    async with running_app(settings) as client:
+        workspaces = workspaces_of(client.app[ENGINE])
+        caplog.clear()
+        first = asyncio.create_task(workspaces.runtime(workspace))
+
+        def rebuilding() -> int:
+            return sum("trigram index and chunk cache disagree" in record.getMessage() for record in caplog.records)
+
+        for _ in range(2000):
+            if rebuilding() or first.done():
+                break
+            await asyncio.sleep(0)
+        assert rebuilding() == 1 and not first.done(), "the rebuild had not started, or ended before the caller gave up"
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        runtime = await workspaces.runtime(workspace)
+        assert rebuilding() == 1, "the second caller started the rebuild over"
+        assert runtime.trigram.num_docs == runtime.cache.chunk_count() > 0
+        assert answer_of(await search(client, wid, query="hash_password", mode="lexical")) == before

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import machine, percentile, versions
+from bench.common import machine, percentile, table, versions
 from bench.datasets import COSQA_CORPUS, COSQA_QUERIES, dataset
 from service.code.cache import CachedChunk
 from service.code.context import embed_text_of, words
@@ -117,15 +117,6 @@ def settings_for(data_dir: Path, allowed: Path) -> Settings:
         revalidate_interval_s=3_600.0,  # steady-state queries: revalidation is measured on its own
         rate_limits_enabled=False,
     )
-
-
-def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    print(f"### {title}\n")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for row in rows:
-        print("| " + " | ".join(str(cell) for cell in row) + " |")
-    print(flush=True)
 
 
 def ms(values: Sequence[float]) -> str:

@@ -48,7 +48,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import machine, versions
+from bench.common import machine, table, versions
 from bench.loadtest import USER, Service, forget_keys
 
 MAX_FILE_BYTES = 1_000_000
@@ -277,15 +277,6 @@ class ScaleResult:
 
     def ratios(self) -> list[float]:
         return [q["ratio"] for q in self.queries if q["ratio"] is not None]
-
-
-def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    print(f"### {title}\n")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for row in rows:
-        print("| " + " | ".join(str(cell) for cell in row) + " |")
-    print(flush=True)
 
 
 def _median(values: Sequence[float]) -> float:

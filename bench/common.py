@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: percentiles, the machine header, versions."""
+"""Helpers shared by the benchmarks: percentiles, the machine header, versions, markdown tables."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import platform
 from collections.abc import Sequence
 from importlib import metadata
+from typing import Any
 
 import numpy as np
 
@@ -28,3 +29,13 @@ def versions(packages: Sequence[str] = PACKAGES) -> str:
 
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A markdown table under a ``###`` title, flushed (long benches print as they go)."""
+    print(f"### {title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")
+    print(flush=True)

@@ -21,6 +21,8 @@ from typing import Any
 
 CACHE_FILE = "chunks.sqlite"
 SCHEMA_VERSION = 1
+# The meta row naming the paths of a trigram write not yet followed by its cache write.
+TRIGRAM_PENDING = "trigram_pending"
 _IN_BATCH = 500  # keys per "IN (...)" query, under SQLite's variable limit
 MMAP_BYTES = 1 << 30  # address space, not memory: pages are the OS page cache's
 
@@ -176,8 +178,10 @@ class ChunkCache:
     # ---- writes: one transaction per batch of files ------------------------------------------
 
     def replace_files(self, files: Sequence[FileState], chunks: Sequence[CachedChunk], deleted: Sequence[str] = ()) -> None:
-        """Set the rows of ``files`` (their chunks replaced by ``chunks``) and drop ``deleted`` files."""
+        """Set the rows of ``files`` (their chunks replaced by ``chunks``) and drop ``deleted`` files;
+        the trigram intent (``note_trigram_pending``) ends in the same transaction."""
         with _transaction(self._db):
+            self._db.execute("DELETE FROM meta WHERE name = ?", (TRIGRAM_PENDING,))
             gone = [*deleted, *(f.path for f in files)]
             for batch in _batches(gone):
                 marks = ",".join("?" * len(batch))
@@ -202,6 +206,21 @@ class ChunkCache:
             self._db.execute("DELETE FROM chunks")
             self._db.execute("DELETE FROM files")
             self._db.execute("DELETE FROM meta WHERE name != 'schema'")
+
+    # ---- the trigram intent ------------------------------------------------------------------
+
+    def note_trigram_pending(self, paths: Sequence[str]) -> None:
+        """Before the trigram index gets ``paths``' new chunks: if the process dies before
+        ``replace_files`` records them here, the next open puts those paths in the trigram index
+        back as this cache has them (``trigram_pending``), instead of rebuilding it whole."""
+        self.set_meta(TRIGRAM_PENDING, list(paths))
+
+    def trigram_pending(self) -> list[str]:
+        """The paths of a trigram write whose cache write never came (empty: none)."""
+        return list(self.get_meta(TRIGRAM_PENDING) or [])
+
+    def clear_trigram_pending(self) -> None:
+        self._db.execute("DELETE FROM meta WHERE name = ?", (TRIGRAM_PENDING,))
 
     # ---- meta --------------------------------------------------------------------------------
 

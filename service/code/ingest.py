@@ -270,6 +270,7 @@ class _ChangeWriter:
         if removed:
             await self.records.delete(removed)
         queued = await self._write_points(added, moved)
+        cache.note_trigram_pending(paths)
         await self._write_trigram(paths, chunks)
         states = [FileState(f.path, f.size, f.mtime_ns) for f in files]
         cache.replace_files(states, list(chunks), deleted)
@@ -365,6 +366,24 @@ async def _set_pending(engine: Engine, keys: list[str]) -> None:
                 await records.set_payload([key], update)
             except StoreError:
                 continue
+
+
+async def repair_trigram(runtime: IndexTarget) -> int:
+    """Put back in the trigram index, as the cache has them, the files of a write that reached the
+    trigram index but not the cache (the process died between the two); the paths repaired."""
+    pending = runtime.cache.trigram_pending()
+    if not pending:
+        return 0
+    index = TrigramIndex.open(runtime.trigram_dir)
+    try:
+        index.delete_paths(pending)
+        index.add((c.key, c.path, c.text) for chunks in runtime.cache.chunks_of(pending).values() for c in chunks)
+        await asyncio.to_thread(index.commit)
+    finally:
+        index.close()
+    runtime.trigram.reload()
+    runtime.cache.clear_trigram_pending()
+    return len(pending)
 
 
 async def rebuild_trigram(runtime: IndexTarget) -> int:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.code.cache import ChunkCache
 from service.code.context import RECORD_FORMAT
-from service.code.ingest import SyncProgress, SyncReport, rebuild_trigram, sync, sync_paths
+from service.code.ingest import SyncProgress, SyncReport, rebuild_trigram, repair_trigram, sync, sync_paths
 from service.code.matchers import MatcherPool
 from service.code.model import SURFACE_NAME, workspace_filter
 from service.code.residency import Residency
@@ -412,6 +412,9 @@ class Workspaces:
             log.warning("store lost the workspace's chunks; reindexing", extra={"workspace": runtime.workspace.id})
             runtime.cache.clear()
             cached = 0
+        repaired = await repair_trigram(runtime)
+        if repaired:
+            log.warning("trigram index was ahead of the chunk cache; put back its files", extra={"workspace": runtime.workspace.id, "files": repaired})
         if runtime.trigram.num_docs != cached:
             log.warning("trigram index and chunk cache disagree; rebuilding it", extra={"workspace": runtime.workspace.id})
             await rebuild_trigram(runtime)

@@ -141,3 +141,43 @@ async def test_an_open_a_caller_gives_up_on_goes_on_for_the_next(module_settings
         assert rebuilding() == 1, "the second caller started the rebuild over"
         assert runtime.trigram.num_docs == runtime.cache.chunk_count() > 0
         assert answer_of(await search(client, wid, query="hash_password", mode="lexical")) == before
+
+
+async def test_a_trigram_write_the_cache_never_got_is_put_back_on_open(module_settings: Settings, tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A process killed between a change's trigram commit and its cache write leaves the trigram
+    index ahead of the cache. The state is built here as that kill leaves it (the intent noted, the
+    trigram index given a file's new chunk, the cache not), since the kill cannot be aimed between
+    the two writes: the next open puts that file back as the cache has it, and rebuilds nothing."""
+    from service.code.cache import ChunkCache
+    from service.code.trigram import TrigramIndex
+
+    settings = variant(module_settings, "intent", embeddings_model=None, workspace_watch=False)
+    async with running_app(settings) as client:
+        wid = (await register(client, tree))["id"]
+        await wait_indexed(client, wid)
+        before = answer_of(await search(client, wid, query="hash_password", mode="lexical"))
+        workspace = workspaces_of(client.app[ENGINE]).registry.get(wid)
+        assert workspace is not None and before
+        cache_dir = workspace.cache_dir(settings)
+    cache = ChunkCache(cache_dir)
+    try:
+        path = sorted(cache.paths())[0]
+        cache.note_trigram_pending([path])
+        cached = cache.chunk_count()
+    finally:
+        cache.close()
+    with TrigramIndex.open(cache_dir / "trigram") as index:
+        index.delete_paths([path])
+        index.add([("never-cached", path, "zebra_quagga_unicorn = 1"), ("never-cached-2", path, "okapi_narwhal = 2")])
+        index.commit()
+        assert index.num_docs != cached
+    caplog.clear()
+    async with running_app(settings) as client:
+        assert answer_of(await search(client, wid, query="hash_password", mode="lexical")) == before
+        assert not answer_of(await search(client, wid, query="zebra_quagga_unicorn", mode="lexical"))
+        runtime = workspaces_of(client.app[ENGINE]).opened(wid)
+        assert runtime is not None and runtime.trigram.num_docs == runtime.cache.chunk_count() == cached
+        assert runtime.cache.trigram_pending() == []
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("put back its files" in message for message in messages), messages
+    assert not any("rebuilding it" in message for message in messages), messages

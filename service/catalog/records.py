@@ -69,17 +69,31 @@ def _schema_parameters(schema: dict[str, Any]) -> str:
     return f"Parameters: {', '.join(parts)}" if parts else ""
 
 
+def _name_words(*names: str) -> str:
+    """Names as words for the record's name view, each word once: ``./slack/postMessage``,
+    ``postMessage`` -> "slack post Message"."""
+    words = spoken(" ".join(re.sub(r"[^\w$]+", " ", name) for name in names)).split()
+    first: dict[str, str] = {}
+    for word in words:
+        first.setdefault(word.lower(), word)
+    return " ".join(first.values())
+
+
 def _embed(*parts: str) -> str:
     text = "\n".join(p.strip() for p in parts if p and p.strip())
     return text[:EMBED_CHARS]
 
 
-def _record(tenant: str, kind: Kind, entity_id: str, *, embed: str, terms: str, payload: dict[str, Any]) -> IndexRecord:
+def _record(tenant: str, kind: Kind, entity_id: str, *, embed: str, terms: str, payload: dict[str, Any], name: str = "") -> IndexRecord:
+    """One record; ``name`` (the entity's name as words) is embedded too and composed into its vector
+    (``service.engine.views``): an agent's words often meet a tool's name more directly than its
+    description."""
     base: dict[str, Any] = {"ranked": False, "hidden": False, "archived": False}
     base.update(payload)
     if base["ranked"]:
         base["scope"] = SCOPE_RANKED_HIDDEN if base["hidden"] else SCOPE_RANKED
-    return IndexRecord(key=record_key(tenant, kind, entity_id), tenant=tenant, kind=kind.value, embed_text=embed or entity_id, terms=terms, payload=base)
+    key = record_key(tenant, kind, entity_id)
+    return IndexRecord(key=key, tenant=tenant, kind=kind.value, embed_text=embed or entity_id, terms=terms, payload=base, embed_name=name.strip())
 
 
 def capability_records(cap: Capability) -> list[IndexRecord]:
@@ -100,7 +114,7 @@ def capability_records(cap: Capability) -> list[IndexRecord]:
     embed = _embed(f"{spoken(cap.title)}: {cap.summary}", cap.description, _parameters(cap.input_type))
     # Its name counts twice (id and title), its domain and parameter names once, like its words.
     terms = terms_text(cap.id, cap.title, cap.summary, cap.description, " ".join(cap.tags), cap.domain, _parameters(cap.input_type))
-    return [_record(GLOBAL_TENANT, Kind.CAPABILITY, cap.id, embed=embed, terms=terms, payload=payload)]
+    return [_record(GLOBAL_TENANT, Kind.CAPABILITY, cap.id, embed=embed, terms=terms, payload=payload, name=spoken(cap.title))]
 
 
 def domain_records(domain: Domain) -> list[IndexRecord]:
@@ -113,7 +127,8 @@ def domain_records(domain: Domain) -> list[IndexRecord]:
         "order": domain.order,
         "declared": True,
     }
-    return [_record(GLOBAL_TENANT, Kind.DOMAIN, domain.id, embed=_embed(domain.id, domain.description), terms=terms_text(domain.id, domain.description), payload=payload)]
+    embed = _embed(domain.id, domain.description)
+    return [_record(GLOBAL_TENANT, Kind.DOMAIN, domain.id, embed=embed, terms=terms_text(domain.id, domain.description), payload=payload, name=spoken(domain.id))]
 
 
 def guide_records(guide: Guide) -> list[IndexRecord]:
@@ -198,7 +213,7 @@ def package_records(pkg: Package, tenant: str) -> list[IndexRecord]:
     # editing one export must not re-embed its package card.
     embed = _embed(f"{pkg.name_leaf}: {payload['summary']}", f"Tags: {', '.join(pkg.tags)}" if pkg.tags else "", intent)
     terms = terms_text(pkg.id, pkg.name, pkg.summary, " ".join(pkg.tags), pkg.readme[:TERMS_CHARS], " ".join(f"{e.subpath} {e.purpose}" for e in pkg.exports))
-    records = [_record(tenant, Kind.PACKAGE, pkg.id, embed=embed, terms=terms, payload=payload)]
+    records = [_record(tenant, Kind.PACKAGE, pkg.id, embed=embed, terms=terms, payload=payload, name=spoken(pkg.name_leaf))]
     records.extend(export_record(pkg, export, tenant) for export in pkg.exports)
     files = dict(pkg.files)
     if pkg.readme:
@@ -234,7 +249,7 @@ def export_record(pkg: Package, export: Export, tenant: str) -> IndexRecord:
     # The package's summary is context for the model only; in the terms every export would match it.
     embed = _embed(f"{export.subpath} ({', '.join(names)}): {export.purpose}", f"package {pkg.name_leaf}: {_words(pkg.summary, CONTEXT_WORDS)}")
     terms = terms_text(export.subpath, " ".join(names), export.purpose, export.signature, " ".join(f.purpose for f in export.functions))
-    return _record(tenant, Kind.EXPORT, f"{pkg.id}#{export.subpath}", embed=embed, terms=terms, payload=payload)
+    return _record(tenant, Kind.EXPORT, f"{pkg.id}#{export.subpath}", embed=embed, terms=terms, payload=payload, name=_name_words(export.subpath, *names))
 
 
 def integration_records(integration: Integration, tenant: str) -> list[IndexRecord]:
@@ -262,7 +277,7 @@ def integration_records(integration: Integration, tenant: str) -> list[IndexReco
     }
     embed = _embed(f"{integration.name} integration ({integration.provider}): {integration.description}")
     terms = terms_text(integration.id, integration.name, integration.provider, integration.description, " ".join(integration.tags), " ".join(integration.required_hosts))
-    return [_record(tenant, Kind.INTEGRATION, integration.id, embed=embed, terms=terms, payload=payload)]
+    return [_record(tenant, Kind.INTEGRATION, integration.id, embed=embed, terms=terms, payload=payload, name=spoken(integration.name))]
 
 
 def mcp_server_records(server: McpServer, tenant: str) -> list[IndexRecord]:
@@ -287,7 +302,7 @@ def mcp_server_records(server: McpServer, tenant: str) -> list[IndexRecord]:
     }
     embed = _embed(f"{server.id} MCP server: {server.description}", server.instructions[:500], "Tools: " + ", ".join(t.name for t in server.tools[:40]))
     terms = terms_text(server.id, server.description, server.instructions[:TERMS_CHARS], " ".join(t.name for t in server.tools))
-    records = [_record(tenant, Kind.MCP_SERVER, server.id, embed=embed, terms=terms, payload=payload)]
+    records = [_record(tenant, Kind.MCP_SERVER, server.id, embed=embed, terms=terms, payload=payload, name=spoken(server.id))]
     for position, tool in enumerate(server.tools):
         tool_id = f"mcp:{server.id}:{tool.name}"
         tool_payload = {
@@ -310,7 +325,7 @@ def mcp_server_records(server: McpServer, tenant: str) -> list[IndexRecord]:
         # description stays out: every tool would match its words, and a server-scoped search could
         # no longer tell its tools apart; it reaches the ranking through the server's own record.
         tool_terms = terms_text(tool.name, tool.name, tool.description, parameters, server.id)
-        records.append(_record(tenant, Kind.MCP_TOOL, f"{server.id}:{tool.name}", embed=tool_embed, terms=tool_terms, payload=tool_payload))
+        records.append(_record(tenant, Kind.MCP_TOOL, f"{server.id}:{tool.name}", embed=tool_embed, terms=tool_terms, payload=tool_payload, name=spoken(tool.name)))
     return records
 
 

@@ -24,6 +24,7 @@ from service.code.workspace import Workspace
 from service.engine.embeddings import Embedder
 from service.engine.records import DONE, PENDING
 from service.engine.store import DenseQuery, Filter, Match, StoreError, VectorSpec
+from service.engine.views import Document, document, embed_views
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -78,9 +79,9 @@ async def embed_scope(engine: Engine, embedder: Embedder, flt: Filter, limit: in
     """Embed every chunk under ``flt`` that has no current vector (at most ``limit``); returns how many."""
     not_done = Filter(must=flt.must, should=flt.should, must_not=(*flt.must_not, Match("embed_state", DONE)))
     page, _ = await engine.records(SURFACE_NAME).scroll(not_done, limit=limit)
-    items = [(str(p.payload["key"]), str(p.payload["content_hash"]), str(p.payload.get("embed_text", ""))) for p in page]
+    items = [(str(p.payload["key"]), str(p.payload["content_hash"]), document(p.payload)) for p in page]
     # Batches of similar length pad less: the model's cost follows the longest text of a batch.
-    items.sort(key=lambda item: len(item[2]))
+    items.sort(key=lambda item: len(item[2].text))
     embedded = 0
     for start in range(0, len(items), EMBED_BATCH):
         batch = items[start : start + EMBED_BATCH]
@@ -90,15 +91,15 @@ async def embed_scope(engine: Engine, embedder: Embedder, flt: Filter, limit: in
     return embedded
 
 
-async def embed_items(engine: Engine, embedder: Embedder, items: Sequence[tuple[str, str, str]]) -> int:
-    """Embed (key, content hash, text) items and store the vectors of those whose hash is still current.
+async def embed_items(engine: Engine, embedder: Embedder, items: Sequence[tuple[str, str, Document]]) -> int:
+    """Embed (key, content hash, document) items and store the vectors of those whose hash is still current.
 
     A point deleted or changed meanwhile (a concurrent revalidation) is skipped: keys name the
     chunk text, so a current hash means the vector fits."""
     if not items:
         return 0
     records = engine.records(SURFACE_NAME)
-    vectors = await embedder.embed_documents([text for _, _, text in items])
+    vectors = await embed_views(embedder, [doc for _, _, doc in items])
     vector = VectorSpec(embedder.vector_name, embedder.dimensions)
     await engine.ensure_vector(COLLECTION, vector)
     current = {key: payload.get("content_hash") for key, payload in (await records.get_many([key for key, _, _ in items])).items()}

@@ -2,8 +2,9 @@
 
 Every surface stores its records as points of one collection with these payload fields, besides
 its own: ``tenant``, ``kind``, ``key`` (unique in the collection), ``terms`` (analyzer output),
-``embed_text`` (what the model embeds), ``embed_model`` (``provider/model`` or absent for the
-service default), ``content_hash`` (of ``embed_text`` and the model), ``embedded_hash`` (what the
+``embed_text`` (what the model embeds), ``embed_name`` (the record's name as words, where it has
+one: a second view composed into the same vector, ``service.engine.views``), ``embed_model`` (``provider/model`` or absent for the
+service default), ``content_hash`` (of ``embed_text``, ``embed_name`` and the model), ``embedded_hash`` (what the
 vector was computed from), ``vector_name`` (the named vector ``embedded_hash`` refers to) and
 ``embed_state`` (``pending`` | ``done``); while a new default model is filled in
 (``service.engine.reindex``), ``fill_vector`` and ``fill_hash`` say what its vector was computed from. An embed job re-reads the
@@ -45,8 +46,15 @@ def collection_spec(name: str, keyword_fields: Sequence[str] = (), integer_field
     return CollectionSpec(name=name, keyword_fields=keywords, integer_fields=integers, bool_fields=tuple(bool_fields))
 
 
-def content_hash(embed_text: str, embed_model: str | None) -> str:
-    return hashlib.sha256(f"{embed_model or ''}\x00{embed_text}".encode()).hexdigest()[:32]
+def content_hash(embed_text: str, embed_model: str | None, embed_name: str = "") -> str:
+    """What a record's vector is computed from, as a digest; a record without a name hashes as before names existed."""
+    named = f"\x00{embed_name}" if embed_name else ""
+    return hashlib.sha256(f"{embed_model or ''}\x00{embed_text}{named}".encode()).hexdigest()[:32]
+
+
+def payload_hash(payload: Mapping[str, Any]) -> str:
+    """The content hash a stored record's payload calls for (``content_hash`` of its embed fields)."""
+    return content_hash(str(payload.get("embed_text", "")), payload.get("embed_model") or None, str(payload.get("embed_name") or ""))
 
 
 @dataclass(frozen=True)
@@ -60,10 +68,12 @@ class IndexRecord:
     terms: str
     payload: Mapping[str, Any] = field(default_factory=dict)
     embed_model: str | None = None
+    embed_name: str = ""
+    """The record's name as words, embedded too and composed into its vector (``service.engine.views``)."""
 
     @property
     def content_hash(self) -> str:
-        return content_hash(self.embed_text, self.embed_model)
+        return content_hash(self.embed_text, self.embed_model, self.embed_name)
 
 
 @dataclass(frozen=True)
@@ -235,6 +245,8 @@ class RecordIndex(Collection):
             payload["pending_since"] = old["pending_since"] if unchanged and old else int(time.time())
         if record.embed_model:
             payload["embed_model"] = record.embed_model
+        if record.embed_name:
+            payload["embed_name"] = record.embed_name
         if embedded_hash:
             payload["embedded_hash"] = embedded_hash
         for name in VECTOR_FIELDS:

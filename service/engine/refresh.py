@@ -16,6 +16,7 @@ from typing import Any
 from service.engine.records import DONE, PENDING, RecordIndex, can_embed
 from service.engine.runtime import Engine
 from service.engine.store import Filter, Match, Range, StoreError, VectorSpec
+from service.engine.views import Document, document, embed_views
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +57,13 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
         # Already embedded from this very text into this model's vector (a duplicate job, or a
         # sweeper batch): nothing to do. A vector of another model (the default changed) is redone.
         rows = [
-            (key, expected, str(payload.get("embed_text", "")))
+            (key, expected, document(payload))
             for key, expected, payload in candidates
             if not is_embedded(payload, expected, embedder.vector_name if embedder.dimensions else None)
         ]
         if not rows:
             continue
-        vectors = await embedder.embed_documents([text for _, _, text in rows])
+        vectors = await embed_views(embedder, [doc for _, _, doc in rows])
         vector = VectorSpec(embedder.vector_name, embedder.dimensions)
         await engine.ensure_vector(collection, vector)
         try:
@@ -89,7 +90,7 @@ def is_embedded(payload: Mapping[str, Any], expected_hash: str, vector_name: str
     return vector_name is None or stored is None or stored == vector_name
 
 
-async def _write_vectors(index: RecordIndex, vector_name: str, rows: list[tuple[str, str, str]], vectors: list[list[float]]) -> int:
+async def _write_vectors(index: RecordIndex, vector_name: str, rows: list[tuple[str, str, Document]], vectors: list[list[float]]) -> int:
     """Write vectors of rows whose hash is still current (re-read: the embed took a while)."""
     store = index.engine.store
     latest = await index.get_many([key for key, _, _ in rows])

@@ -1,9 +1,9 @@
 """Reindex and model migration: rebuild every index from its records, and change the default model without downtime.
 
-Records hold everything their index entries derive from (``embed_text``, ``embed_model``), so
+Records hold everything their index entries derive from (``embed_text``, ``embed_name``, ``embed_model``), so
 ``reindex`` rebuilds from them alone, in five steps, each resumable after a crash:
 
-1. **records**: each record's ``content_hash`` is derived again from its text and model. A record
+1. **records**: each record's ``content_hash`` is derived again from its text, name and model. A record
    whose stored state disagrees (another hash, ``done`` without a current vector, a vector of a
    model that does not serve) goes back to ``pending`` and gets an embed job. Terms an older
    analyzer wrote (the record's ``analyzer`` version) are brought up to date
@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from service.engine.analyzer import ANALYZER_VERSION, upgrade_terms
 from service.engine.embeddings import Embedder, ModelRef
-from service.engine.records import DONE, PENDING, RecordIndex, content_hash
+from service.engine.records import DONE, PENDING, RecordIndex, payload_hash
 from service.engine.reindex_progress import ProgressListener, ReindexProgress
 from service.engine.serving import SERVING_KEY, SERVING_REFRESH_S, read_marker, refresh_serving, write_marker
 from service.engine.store import VectorSpec
+from service.engine.views import Document, document, embed_views
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -178,7 +179,7 @@ async def _repair(engine: Engine, index: RecordIndex, serving_vector: str | None
         for point in page:
             payload = point.payload
             seen += 1
-            expected = content_hash(str(payload.get("embed_text", "")), payload.get("embed_model") or None)
+            expected = payload_hash(payload)
             state = payload.get("embed_state")
             wanted = state
             if state in (DONE, PENDING):
@@ -271,7 +272,7 @@ async def _fill(
 
 async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedder, notify: ProgressListener, deadline: float | None) -> int:
     target_vector = embedder.vector_name
-    todo: list[tuple[str, str, str]] = []
+    todo: list[tuple[str, str, Document]] = []
     total = 0
     async for page in _scroll_all(engine, index.collection):
         for point in page:
@@ -279,7 +280,7 @@ async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedde
             if _is_default(payload) and payload.get("embed_state") == DONE:
                 total += 1
                 if _needs_fill(payload, target_vector):
-                    todo.append((str(payload["key"]), str(payload["content_hash"]), str(payload.get("embed_text", ""))))
+                    todo.append((str(payload["key"]), str(payload["content_hash"]), document(payload)))
     done = total - len(todo)
     notify(ReindexProgress("fill", index.collection, done, total))
     filled = 0
@@ -295,10 +296,10 @@ async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedde
 
 
 async def _write_target(
-    engine: Engine, index: RecordIndex, embedder: Embedder, rows: Sequence[tuple[str, str, str]], extra: Mapping[str, Any], *, fill_hash: bool
+    engine: Engine, index: RecordIndex, embedder: Embedder, rows: Sequence[tuple[str, str, Document]], extra: Mapping[str, Any], *, fill_hash: bool
 ) -> int:
-    """Embed rows (key, hash, text) with ``embedder`` and write its vector where the hash is still current."""
-    vectors = await embedder.embed_documents([text for _, _, text in rows])
+    """Embed rows (key, hash, document) with ``embedder`` and write its vector where the hash is still current."""
+    vectors = await embed_views(embedder, [doc for _, _, doc in rows])
     latest = await index.get_many([key for key, _, _ in rows])
     written = 0
     for (key, expected, _), values in zip(rows, vectors, strict=True):
@@ -325,7 +326,7 @@ async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, not
     """Step 4: every embedded default record gets the new vector and names it in ``vector_name``."""
     target_vector = embedder.vector_name
     relabel: list[str] = []
-    todo: list[tuple[str, str, str]] = []
+    todo: list[tuple[str, str, Document]] = []
     async for page in _scroll_all(engine, index.collection):
         for point in page:
             payload = point.payload
@@ -337,7 +338,7 @@ async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, not
                     relabel.append(point.id)
                     await engine.store.set_payload(index.collection, [point.id], {"vector_name": target_vector, "embedded_hash": current})
             elif payload.get("vector_name") != target_vector:
-                todo.append((str(payload["key"]), str(current), str(payload.get("embed_text", ""))))
+                todo.append((str(payload["key"]), str(current), document(payload)))
     notify(ReindexProgress("reconcile", index.collection, 0, len(todo)))
     batch_size = engine.settings.embeddings_batch_size
     done = 0

@@ -3,9 +3,13 @@
 local model's two runtimes: query latency p50/p99 of torch against the served path (the checked
 ONNX export behind the query batcher), one caller and 16 concurrent callers, and ms per document
 of each runtime at five text lengths (the figures behind ``onnx_encoder.ONNX_MAX_TOKENS``).
+``--quality`` ranks the quality sets (MetaTool single- and multi-tool, CoSQA quick) by cosine
+with vectors from torch and from the served path, and prints nDCG@10 of each and the difference
+(the served path must lose less than 0.005).
 
     python -m bench.bench_embedding          # 1,024 stdlib chunks, 160 queries per row
     python -m bench.bench_embedding --full   # 4,096 chunks, 640 queries per row
+    python -m bench.bench_embedding --quality
 
 The ONNX export is made (once) in ``data/models``, as ``make run`` makes it.
 """
@@ -27,12 +31,15 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import machine, versions
+from bench.relevance_bare import dense_rankings
+from bench.relevance_sets import catalog_set, code_set, multi_set
 from service.code.chunker import chunk_file
 from service.engine import onnx_encoder
 from service.engine.analyzer import terms_text
 from service.engine.embeddings import LocalEmbedder, load_sentence_transformer, local_model_path
 from service.engine.records import IndexRecord, collection_spec
 from service.engine.startup import open_engine
+from service.evaluation import scores_of
 from service.settings import Settings
 from service.surfaces import surfaces
 from workers.settings import build_workers, run_workers, stop_workers
@@ -192,12 +199,57 @@ def print_runtime_tables(query_count: int, rounds: int) -> None:
     print()
 
 
+class RuntimeModel:
+    """A ``LocalEmbedder``'s own encode path (queries and documents alike), as the bare rankings' model."""
+
+    def __init__(self, embedder: LocalEmbedder) -> None:
+        self.embedder = embedder
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = asyncio.run(self.embedder.embed_documents(list(texts)))
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def quality_table() -> list[str]:
+    """nDCG@10 of cosine rankings on each quality set with torch's vectors and with the served path's."""
+    runtimes = {"torch": asyncio.run(served_embedder(onnx=False)), "served (ONNX)": asyncio.run(served_embedder(onnx=True))}
+    rows = []
+    for dev in (catalog_set(), multi_set(), code_set(quick=True)):
+        ids, texts = list(dev.items), list(dev.items.values())
+        queries = [judged.query for judged in dev.judged]
+        ndcg = {}
+        for name, embedder in runtimes.items():
+            ranked = dense_rankings(RuntimeModel(embedder), ids, texts, queries)
+            ndcg[name] = sum(scores_of(ranked[j.query], j.relevant)["nDCG@10"] for j in dev.judged) / len(dev.judged)
+        torch_score, served_score = ndcg["torch"], ndcg["served (ONNX)"]
+        rows.append(f"| {dev.key} | {len(dev.judged)} | {torch_score:.4f} | {served_score:.4f} | {served_score - torch_score:+.4f} |")
+    for embedder in runtimes.values():
+        asyncio.run(embedder.close())
+    return rows
+
+
+def print_quality_table() -> None:
+    print("## Quality with the served query path: nDCG@10 of cosine rankings, torch against the served path\n")
+    print(f"Machine: {machine()}. {versions()}.\n")
+    print("Documents and queries both through each runtime's encode (the served path: ONNX for slices of at most")
+    print(f"{onnx_encoder.ONNX_MAX_TOKENS} tokens, torch above). Goal: the served path within 0.005 of torch.\n")
+    print("| set | queries | torch | served | served − torch |")
+    print("|---|---:|---:|---:|---:|")
+    for row in quality_table():
+        print(row)
+    print()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--full", action="store_true")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of each path (medians are reported)")
     parser.add_argument("--runtimes-only", action="store_true", help="only the torch/ONNX tables")
+    parser.add_argument("--quality", action="store_true", help="only the quality sets ranked with each runtime's vectors")
     args = parser.parse_args(argv)
+    if args.quality:
+        print_quality_table()
+        return 0
     print_runtime_tables(640 if args.full else 160, args.rounds)
     if args.runtimes_only:
         return 0

@@ -1,5 +1,6 @@
 """Index state per surface and tenant: records, embedded, pending, last warm, store backend and model,
-the workspaces that cannot be searched (root gone, cache broken) and those open on this node.
+the workspaces that cannot be searched (root gone, cache broken), those open on this node and those
+being warmed (share embedded, measured rate, expected finish: ``service/code/warming.py``).
 
 The store has no group-by, so the tenants of a collection are found by exclusion: scroll one
 point whose tenant is none of those found so far, until none is left (one cheap call per tenant
@@ -69,6 +70,7 @@ async def index_state(engine: Engine) -> dict[str, Any]:
         "surfaces": surfaces,
         "workspaces": unusable_workspaces(engine),
         "open_workspaces": open_workspaces(engine),
+        "warming_workspaces": await warming_workspaces(engine),
     }
 
 
@@ -96,6 +98,23 @@ def open_workspaces(engine: Engine) -> list[dict[str, Any]]:
                 "freshness_reason": reason,
             }
         )
+    return rows
+
+
+async def warming_workspaces(engine: Engine) -> list[dict[str, Any]]:
+    """This node's workspaces being warmed, each with its ``warming_progress`` (as its status shows it):
+    embedded of total, share, rate, seconds left, expected finish and the note on going faster."""
+    from service.code.state import workspaces_of
+    from service.code.warming import warming_progress_of
+
+    workspaces = workspaces_of(engine)
+    rows = []
+    for workspace in workspaces.registry.all():
+        if not workspace.warm or workspaces.problem(workspace) is not None:
+            continue
+        progress = await warming_progress_of(workspaces, workspace, await workspaces.counts(workspace))
+        if progress is not None:
+            rows.append({"id": workspace.id, "tenant": workspace.tenant, "root": str(workspace.root), **progress})
     return rows
 
 

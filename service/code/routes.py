@@ -37,7 +37,7 @@ async def list_workspaces(request: web.Request) -> web.Response:
 
 @routes.get("/v1/workspaces/{id}")
 async def workspace_status(request: web.Request) -> web.Response:
-    """Index state: files, chunks, embedded, pending, cold, warming, skip counts, last revalidation."""
+    """Index state: files, chunks, embedded, pending, cold, warming and its progress, skip counts, last revalidation."""
     engine = request.app[ENGINE]
     workspaces = workspaces_of(engine)
     workspace = workspaces.owned((caller_of(request).user_tenant,), request.match_info["id"])

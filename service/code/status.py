@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from service.code.state import BROKEN, MISSING, Workspaces, missing_message
+from service.code.warming import is_warming, warming_progress_of
 from service.errors import WorkspaceBroken
 
 if TYPE_CHECKING:
@@ -12,10 +13,11 @@ if TYPE_CHECKING:
 
 
 async def index_status(workspaces: Workspaces, workspace: Workspace) -> dict[str, Any]:
-    """Files, chunks, embedded, pending, cold, warming, skip counts and the last revalidation
-    (``missing`` or ``broken``, with a ``problem`` saying what to do, when it cannot be searched),
-    whether it is open here (``resident``) and how edits reach its index (``freshness``). Reading the
-    status does not open the workspace."""
+    """Files, chunks, embedded, pending, cold, warming (with ``warming_progress``: share, measured
+    rate, expected finish), skip counts and the last revalidation (``missing`` or ``broken``, with a
+    ``problem`` saying what to do, when it cannot be searched), whether it is open here
+    (``resident``) and how edits reach its index (``freshness``). Reading the status does not open
+    the workspace."""
     if not workspaces.root_exists(workspace):
         return await _problem_status(workspaces, workspace, MISSING, missing_message(workspace))
     runtime = workspaces.opened(workspace.id)
@@ -26,7 +28,6 @@ async def index_status(workspaces: Workspaces, workspace: Workspace) -> dict[str
         return await _problem_status(workspaces, workspace, BROKEN, exc.message)
     counts = await workspaces.counts(workspace)
     building = (runtime is not None and runtime.lock.locked()) or not complete
-    unembedded = counts["pending"] + counts["cold"]
     progress = runtime.progress if runtime is not None else None
     last_report = runtime.last_report if runtime is not None else None
     return {
@@ -40,7 +41,8 @@ async def index_status(workspaces: Workspaces, workspace: Workspace) -> dict[str
         "pending": counts["pending"],
         "cold": counts["cold"],
         "warm": workspace.warm,
-        "warming": workspace.warm and unembedded > 0,
+        "warming": is_warming(workspace, counts),
+        "warming_progress": await warming_progress_of(workspaces, workspace, counts),
         "skipped": skipped or {},
         "progress": {"files_done": progress[0], "files_total": progress[1]} if progress else None,
         "last_sync": last_report.as_dict() if last_report else None,
@@ -73,6 +75,7 @@ async def _problem_status(workspaces: Workspaces, workspace: Workspace, state: s
         "cold": counts["cold"],
         "warm": workspace.warm,
         "warming": False,
+        "warming_progress": None,
         "skipped": {},
         "progress": None,
         "last_sync": None,

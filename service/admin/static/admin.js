@@ -172,6 +172,12 @@
     const open = (state.open_workspaces || []).map((w) =>
       el("tr", { "data-workspace": w.id }, el("td", {}, w.id), el("td", {}, w.tenant), el("td", {}, w.root), el("td", {}, when(w.last_used_ms)), el("td", { title: w.freshness_reason || "" }, w.freshness)));
     replaceRows("workspace-open", open, "none: a workspace opens when searched and closes when left idle", 5);
+    const warming = (state.warming_workspaces || []).map((w) =>
+      el("tr", { "data-workspace": w.id }, el("td", {}, w.id), el("td", {}, w.tenant), el("td", {}, w.root),
+        el("td", { class: "num", title: `${w.embedded} of ${w.total} chunks` }, `${(w.share * 100).toFixed(1)}%`),
+        el("td", { class: "num" }, w.rate_per_s === null ? "measuring" : `${w.rate_per_s} chunks/s`),
+        el("td", {}, w.expected_finish || ""), el("td", {}, w.note || "")));
+    replaceRows("workspace-warming", warming, "none: no workspace is being embedded in the background", 7);
   }
 
   function jobParams() {

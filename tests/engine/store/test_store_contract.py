@@ -396,6 +396,23 @@ async def test_filter_conditions(store: Store, collection: str) -> None:
     assert "p1" not in keys(hits) and keys(hits)
 
 
+async def test_a_nested_field_is_indexed_and_matched_by_its_dotted_path(store: Store, collection: str) -> None:
+    """A keyword index on ``connection.status`` (a field of an object) is created on a collection that
+    already has data, and ``Match``/``MatchAny`` on the dotted path select by it."""
+    points = [
+        rec(collection, "up", "t1", "w", axis(0), kind="server", connection={"status": "connected"}),
+        rec(collection, "down", "t1", "w", axis(1), kind="server", connection={"status": "disconnected"}),
+        rec(collection, "slow", "t1", "w", axis(2), kind="server", connection={"status": "degraded"}),
+        rec(collection, "none", "t1", "w", axis(3), kind="server"),
+    ]
+    await ready(store, collection, points)
+    nested = CollectionSpec(collection, keyword_fields=("kind", "connection.status"), integer_fields=("stars",), bool_fields=("deprecated",))
+    await store.ensure_collection(nested, [DENSE])
+    page, _ = await store.scroll(collection, Filter(must=(Match("kind", "server"), MatchAny("connection.status", ("disconnected", "degraded")))), limit=10)
+    assert set(keys(page)) == {"down", "slow"}
+    assert await store.count(collection, Filter(must=(Match("connection.status", "connected"),))) == 1
+
+
 # ---- vectors added later -------------------------------------------------------------------
 
 

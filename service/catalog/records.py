@@ -28,7 +28,7 @@ from service.catalog.model import (
     entity_type_of,
 )
 from service.catalog.parsing import parse_timestamp
-from service.engine.analyzer import analyze, spoken, terms_text
+from service.engine.analyzer import analyze, name_parts, spoken, terms_text
 from service.engine.records import IndexRecord
 
 # What the model reads: MiniLM sees ~256 word pieces, so longer text only costs time.
@@ -72,9 +72,8 @@ def _schema_parameters(schema: dict[str, Any]) -> str:
 def _name_words(*names: str) -> str:
     """Names as words for the record's name view, each word once: ``./slack/postMessage``,
     ``postMessage`` -> "slack post Message"."""
-    words = spoken(" ".join(re.sub(r"[^\w$]+", " ", name) for name in names)).split()
     first: dict[str, str] = {}
-    for word in words:
+    for word in (part for name in names for part in name_parts(name)):
         first.setdefault(word.lower(), word)
     return " ".join(first.values())
 

@@ -3,13 +3,14 @@
 Every surface stores its records as points of one collection with these payload fields, besides
 its own: ``tenant``, ``kind``, ``key`` (unique in the collection), ``terms`` (analyzer output),
 ``embed_text`` (what the model embeds), ``embed_name`` (the record's name as words, where it has
-one: a second view composed into the same vector, ``service.engine.views``), ``embed_model`` (``provider/model`` or absent for the
-service default), ``content_hash`` (of ``embed_text``, ``embed_name`` and the model), ``embedded_hash`` (what the
-vector was computed from), ``vector_name`` (the named vector ``embedded_hash`` refers to) and
-``embed_state`` (``pending`` | ``done``); while a new default model is filled in
-(``service.engine.reindex``), ``fill_vector`` and ``fill_hash`` say what its vector was computed from. An embed job re-reads the
-record and skips it when its hash moved on, so a stale job never overwrites a newer record; the
-sweeper re-enqueues every ``pending`` record, so a lost enqueue only delays embedding.
+one: a second view composed into the same vector, ``service.engine.views``), ``embed_model``
+(``provider/model`` or absent for the service default), ``content_hash`` (of ``embed_text``,
+``embed_name`` and the model), ``embedded_hash`` (what the vector was computed from),
+``vector_name`` (the named vector ``embedded_hash`` refers to) and ``embed_state`` (``pending`` |
+``done``); while a new default model is filled in (``service.engine.reindex``), ``fill_vector``
+and ``fill_hash`` say what its vector was computed from. An embed job re-reads the record and
+skips it when its hash moved on, so a stale job never overwrites a newer record; the sweeper
+re-enqueues every ``pending`` record, so a lost enqueue only delays embedding.
 """
 
 from __future__ import annotations

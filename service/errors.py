@@ -60,6 +60,10 @@ Those any layer raises or catches are defined here; those private to one module 
                                           surface's past-deadline answer (504 DeadlineExceeded when
                                           it has none; the catalog's, service.catalog.search, is an
                                           isError answer with status 200)
+    TimeoutError (the built-in)           a dependency's own timeout, not caught by the code that
+                                          called it: service.middleware answers 503 Unavailable (the
+                                          request deadline's own expiry answers 504, and so does an
+                                          answer that comes back past it)
     service.code.scope.ScopeError         a path or glob leaves the workspace: code search answers
     │                                     400 PathOutsideWorkspace
     └── ScopeNotFound                     the path does not exist: code search answers 404 NotFound

@@ -13,8 +13,16 @@ import orjson
 from aiohttp import web
 
 from service.auth import Caller, bearer_token, verify_token_for
+from service.engine.deadline import request_deadline
 from service.engine.store import StoreFullError
-from service.errors import AgentSearchError, DeadlineExceeded, InsufficientStorage, NotFound, PayloadTooLarge
+from service.errors import (
+    AgentSearchError,
+    DeadlineExceeded,
+    InsufficientStorage,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+)
 from service.state import ENGINE, ERROR_RENDERERS
 
 log = logging.getLogger(__name__)
@@ -90,19 +98,33 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def deadline_middleware(deadline_s: float) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Answer 504 with a clear body when a request runs past the deadline; the handler is cancelled."""
+    """Answer 504 with a clear body when a request runs past the deadline; the handler is cancelled.
+
+    An answer that comes back after the deadline all the same (the cancellation consumed on the
+    way) is late: it is replaced by the 504 too, so the deadline holds whatever the handler does."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith("/admin") or (request.path == "/mcp" and request.method == "GET"):
             return await handler(request)  # long-lived streams and the dashboard have no deadline
+        timer = asyncio.timeout(deadline_s)  # in the request's own task: no task per request
         try:
-            async with asyncio.timeout(deadline_s):  # in the request's own task: no task per request
-                return await handler(request)
+            async with timer:
+                with request_deadline(deadline_s):
+                    response = await handler(request)
         except TimeoutError:
-            raise DeadlineExceeded(f"request did not finish within {deadline_s:g}s; retry once, then narrow the request") from None
+            if not timer.expired():  # a timeout of the handler's own (a dependency's), not the deadline
+                raise Unavailable("a dependency of the service did not answer in time; retry once") from None
+            raise _past(deadline_s) from None
+        if timer.expired():
+            raise _past(deadline_s)
+        return response
 
     return middleware
+
+
+def _past(deadline_s: float) -> DeadlineExceeded:
+    return DeadlineExceeded(f"request did not finish within {deadline_s:g}s; retry once, then narrow the request")
 
 
 @web.middleware

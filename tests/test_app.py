@@ -116,6 +116,33 @@ async def test_deadline_answers_504_with_a_clear_body(settings: Settings) -> Non
         assert body["error"]["code"] == "deadline_exceeded" and "0.3s" in body["error"]["message"]
 
 
+async def test_an_answer_that_comes_back_past_the_deadline_is_still_504(settings: Settings) -> None:
+    """The handler consumes its own cancellation and answers late: the kind of bug in a dependency
+    that would otherwise let a request run past the deadline and answer as if in time."""
+
+    async def stubborn(request: web.Request) -> web.Response:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.1)
+        return web.json_response({"late": True})
+
+    async with running_app(settings, request_deadline_s=0.3, worker_in_process=False, setup=lambda app: app.router.add_get("/v1/stubborn", stubborn)) as test_client:
+        response = await test_client.get("/v1/stubborn", headers=auth())
+        body = await response.json()
+    assert response.status == 504 and body["error"]["code"] == "deadline_exceeded" and "0.3s" in body["error"]["message"]
+
+
+async def test_a_dependencys_own_timeout_is_503_not_the_deadline(settings: Settings) -> None:
+    async def times_out(request: web.Request) -> web.Response:
+        raise TimeoutError("upstream read timed out")
+
+    async with running_app(settings, request_deadline_s=5.0, worker_in_process=False, setup=lambda app: app.router.add_get("/v1/times-out", times_out)) as test_client:
+        response = await test_client.get("/v1/times-out", headers=auth())
+        body = await response.json()
+    assert response.status == 503 and body["error"]["code"] == "unavailable" and "did not answer in time" in body["error"]["message"]
+
+
 async def test_oversized_body_is_413_json(settings: Settings) -> None:
     async def echo(request: web.Request) -> web.Response:
         from service.validation import read_json

@@ -6,6 +6,11 @@ A search runs as named phases (``rateLimit``, then the surface's own: ``revalida
 (``Server-Timing`` and, for the catalog, ``timing.serverTiming``); ``unaccounted`` is the wall clock
 minus the tiles. Before a phase starts the deadline checks its budget and whether the request gave
 up on this search, so an abandoned search stops at its next phase instead of competing with a retry.
+
+A search budget counts from the request, not from the search: the HTTP deadline middleware marks
+when the request must be answered (``request_deadline``), and ``search_budget_s`` leaves out what
+the request has already spent before its search starts (authentication, sessions, parsing), so the
+surface's deadline answer is ready before the middleware's bare 504.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,9 +36,37 @@ def _iso(moment: datetime) -> str:
 _MARGIN_S = 0.5
 
 
+# When the request running in this context must be answered (``time.perf_counter()``), if it runs
+# under the HTTP deadline.
+_REQUEST_ENDS = ContextVar[float | None]("request_ends", default=None)
+
+
+@contextmanager
+def request_deadline(seconds: float) -> Iterator[None]:
+    """The request running in this context must be answered within ``seconds`` from now."""
+    token = _REQUEST_ENDS.set(time.perf_counter() + seconds)
+    try:
+        yield
+    finally:
+        _REQUEST_ENDS.reset(token)
+
+
 def search_budget_s(request_deadline_s: float) -> float:
-    """The time one search may take within a request deadline of ``request_deadline_s``."""
-    return max(0.05, request_deadline_s - min(_MARGIN_S, request_deadline_s * 0.1))
+    """The time one search may take within a request deadline of ``request_deadline_s``: the deadline
+    less a margin, and, inside a request under the deadline, no more than what the request has left
+    less that margin."""
+    margin_s = min(_MARGIN_S, request_deadline_s * 0.1)
+    budget_s = max(0.05, request_deadline_s - margin_s)
+    ends = _REQUEST_ENDS.get()
+    if ends is not None:
+        budget_s = min(budget_s, max(0.0, ends - time.perf_counter() - margin_s))
+    return budget_s
+
+
+def request_left_s() -> float | None:
+    """Seconds the request running in this context has left; None outside a request deadline."""
+    ends = _REQUEST_ENDS.get()
+    return None if ends is None else max(0.0, ends - time.perf_counter())
 
 
 class Deadline:

@@ -14,7 +14,6 @@ it, so a search costs the same and ends at the same time whichever door it came 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from service.engine.deadline import Deadline, SearchAbandoned, search_budget_s
+from service.engine.deadline import Deadline, SearchAbandoned, request_left_s, search_budget_s
 from service.engine.store import CollectionSpec
 from service.errors import DeadlineExceeded
 from service.ratelimit import RateLimitExceeded, Surface
@@ -32,6 +31,9 @@ if TYPE_CHECKING:
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
+
+# How long an abandoned search may take to stop before its deadline answer goes out without it.
+_CLEAN_UP_S = 0.05
 
 
 @dataclass
@@ -120,8 +122,11 @@ async def run_search(
     request = await searcher.parse(engine, caller, body, target)
     request_deadline_s = engine.settings.request_deadline_s
     deadline = Deadline(search_budget_s(request_deadline_s) if budget_s is None else budget_s)
-    with deadline.phase("rateLimit"):
-        exceeded = await engine.rate_limiter.check(caller, searcher.rate_limit)
+    try:
+        with deadline.phase("rateLimit"):
+            exceeded = await engine.rate_limiter.check(caller, searcher.rate_limit)
+    except SearchAbandoned:  # the request spent its time before the search began
+        return _timed(_past_deadline(searcher, request_deadline_s, deadline), deadline)
     if exceeded is not None:
         if searcher.rate_limited is None:
             raise exceeded.error()
@@ -139,13 +144,23 @@ async def run_search(
             return _timed(_past_deadline(searcher, request_deadline_s, deadline), deadline)
     deadline.abandoned = True
     task.cancel()  # aborts the phase in flight; phases not yet started never run
-    with contextlib.suppress(asyncio.CancelledError, SearchAbandoned):
-        await task
+    task.add_done_callback(_retrieved)
+    # A phase may take a moment to stop (a store call finishes its thread first): wait for it a
+    # little, never past the request's own deadline, so the answer below is not late. The
+    # request's own cancellation (its deadline, or the caller gone) still propagates from here.
+    left_s = request_left_s()
+    await asyncio.wait({task}, timeout=_CLEAN_UP_S if left_s is None else min(_CLEAN_UP_S, left_s / 2))
     log.warning(
         "search abandoned at the deadline",
         extra={"surface": surface, "deadline_s": request_deadline_s, "phases": [p for p, _ in deadline.phases]},
     )
     return _timed(_past_deadline(searcher, request_deadline_s, deadline), deadline)
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """An abandoned search's outcome is not wanted, only collected (no "never retrieved" warning)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _past_deadline(searcher: SurfaceSearch, request_deadline_s: float, deadline: Deadline) -> SearchAnswer:

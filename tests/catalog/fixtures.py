@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from service.catalog.state import catalog_state
@@ -236,9 +237,9 @@ def refs(answer: dict[str, Any]) -> list[str]:
 
 
 @asynccontextmanager
-async def reranking_app(settings: Settings) -> AsyncIterator[TestClient[Any, Any]]:
+async def reranking_app(settings: Settings, setup: Callable[[web.Application], object] | None = None) -> AsyncIterator[TestClient[Any, Any]]:
     """``running_app`` whose rerank scorer's own HTTP session is closed too (the engine does not own it)."""
-    async with running_app(settings) as client:
+    async with running_app(settings, setup=setup) as client:
         try:
             yield client
         finally:

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from service.catalog.state import catalog_state
+from service.respond import search_response
 from service.settings import Settings
 from service.state import ENGINE
 from tests.callers import ADMIN, auth
@@ -120,6 +121,25 @@ async def test_deadline_returns_the_did_not_finish_error_and_aborts_the_rerank(s
         assert "jevRerank" in names and "waitingItems" not in names  # stopped before its next phase
         await asyncio.sleep(0.3)
         assert rerank_server.calls >= 1 and rerank_server.aborted == rerank_server.calls
+
+
+async def test_a_search_begun_late_in_its_request_still_answers_before_the_request_deadline(settings: Settings, rerank_server: RerankServer) -> None:
+    """The search's budget counts from the request: a route that spends 0.6 s of a 1.5 s deadline
+    before it searches still gets the surface's did-not-finish answer, not the middleware's 504."""
+
+    async def late_search(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.6)  # what authentication, a session or a slow parse may spend first
+        return await search_response(request, "catalog")
+
+    rerank_server.mode = "slow"
+    changed = _rerank_settings(settings, rerank_server, rerank_budget_s=30.0, request_deadline_s=1.5)
+    async with reranking_app(changed, setup=lambda app: app.router.add_post("/v1/late-search", late_search)) as client:
+        await put(client, REPORTS, caller=ADMIN)
+        response = await client.post("/v1/late-search", json={"query": "quarterly report"}, headers=auth("p", plan="pro"))
+        answer = await response.json()
+    assert response.status == 200, answer  # past the request deadline the middleware would have answered 504
+    assert answer["isError"] is True and answer["content"].startswith("Search did not finish within 1.5s")
+    assert rerank_server.calls >= 1
 
 
 async def test_rate_limit_answers_429_with_a_rate_limit_object(settings: Settings) -> None:

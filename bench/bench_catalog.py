@@ -10,7 +10,12 @@ this 2-core machine takes 10-100 minutes. The query side is real either way (the
 query; the store holds the same number of 384-d vectors, searched exactly up to 20k and through the
 HNSW graph the embedded store builds in the background above, which the bench waits for), so
 latency is representative (uniform random vectors are, if anything, slower for HNSW than real
-embeddings); the table says which sizes used which. Timed: ranked queries, domain-scoped queries,
+embeddings); the table says which sizes used which. ``--vectors composed`` gives those sizes model
+vectors instead, cheaply: each synthetic text is template heads ("Send a message in chat") and
+one of the 199 real tool descriptions, so each record's vector is the normalized sum of the
+model's vectors of its segments (some 12k distinct segments encoded, not 100k texts); they
+cluster as real embeddings do, which is HNSW's usual case rather than its worst. ``--uncached`` turns the
+query-embedding cache off, so every timed query is encoded. Timed: ranked queries, domain-scoped queries,
 the domain index (empty query) and entity lookups, p50/p99 after one warm-up round.
 
 Quality. The 199 MetaTool tools are ingested as capabilities and embedded by the real pipeline;
@@ -19,7 +24,8 @@ each query of ``metatool-queries.csv`` has one gold tool. A fixed-seed sample (1
 dense only, hybrid = the served fusion) plus the store's plain RRF for reference; nDCG@10 and
 Recall@5 are reported.
 
-Run: ``python -m bench.bench_catalog [--full] [--sizes 1000,10000] [--rounds 5] [--quality-sample 1000]``.
+Run: ``python -m bench.bench_catalog [--full] [--sizes 1000,10000] [--rounds 5] [--quality-sample 1000]
+[--vectors random|composed] [--uncached]``.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ import math
 import os
 import platform
 import random
+import re
 import statistics
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -266,6 +273,41 @@ async def _random_vectors(served: Served, rng: np.random.Generator) -> None:
     await engine.store.flush()
 
 
+_SEGMENT_END = re.compile(r"\. |: |\n")
+_NUMBER = re.compile(r"\d+")
+
+
+def _parts(text: str) -> tuple[str, ...]:
+    """A synthetic text's segments (split at ". ", ": " and line ends), numbers left out: template
+    heads repeat across records once their running numbers go, and each description is one."""
+    segments = (_NUMBER.sub("", segment).strip() for segment in _SEGMENT_END.split(text))
+    return tuple(dict.fromkeys(s for s in segments if s)) or (text,)
+
+
+async def _composed_vectors(served: Served) -> None:
+    """Give every record the normalized sum of the model's vectors of its text's parts (see module doc)."""
+    engine = served.engine
+    embedder = engine.embedders.default
+    pages: list[list[Any]] = []
+    offset: str | None = None
+    while True:
+        page, offset = await engine.store.scroll(COLLECTION, None, limit=1024, offset=offset)
+        pages.append(page)
+        if offset is None:
+            break
+    texts = {p.id: _parts(str(p.payload.get("embed_text") or p.payload.get("title") or p.payload.get("key"))) for page in pages for p in page}
+    distinct = sorted({part for parts in texts.values() for part in parts})
+    encoded: dict[str, np.ndarray] = {}
+    for start in range(0, len(distinct), 256):
+        batch = distinct[start : start + 256]
+        encoded.update(zip(batch, np.asarray(await embedder.embed_documents(batch), dtype=np.float32), strict=True))
+    for page in pages:
+        vectors = np.stack([np.sum([encoded[part] for part in texts[p.id]], axis=0) for p in page]) if page else np.zeros((0, embedder.dimensions), np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        await engine.store.update_vectors(COLLECTION, [(p.id, {embedder.vector_name: v}) for p, v in zip(page, vectors, strict=True)])
+    await engine.store.flush()
+
+
 async def _wait_for_index(served: Served) -> float | None:
     """Wait for the embedded store's background HNSW build of the catalog, if one runs; seconds waited."""
     building = getattr(served.engine.store, "building", None)
@@ -280,11 +322,12 @@ async def _wait_for_index(served: Served) -> float | None:
 # ---- latency ---------------------------------------------------------------------------------------------
 
 
-async def bench_size(size: int, rounds: int, embed_limit: int) -> SizeResult:
+async def bench_size(size: int, rounds: int, embed_limit: int, *, composed: bool = False, uncached: bool = False) -> SizeResult:
     rng = random.Random(SEED)
     builtins, user = build_catalog(size, rng)
     with tempfile.TemporaryDirectory(prefix="bench-catalog-") as tmp:
-        async with Served(_settings(tmp, worker=False)) as served:
+        settings = _settings(tmp, worker=False)
+        async with Served(replace(settings, query_cache_size=0) if uncached else settings) as served:
             started = time.perf_counter()
             await served.put(builtins, served.admin)
             await served.put(user, served.user)
@@ -294,6 +337,9 @@ async def bench_size(size: int, rounds: int, embed_limit: int) -> SizeResult:
             if size <= embed_limit:
                 embed_s: float | None = await _embed_all(served)
                 vectors = "model (real pipeline)"
+            elif composed:
+                await _composed_vectors(served)
+                embed_s, vectors = None, "composed model vectors"
             else:
                 await _random_vectors(served, np.random.default_rng(SEED))
                 embed_s, vectors = None, "random unit vectors"
@@ -382,7 +428,7 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-def report(results: list[SizeResult], quality: QualityResult | None, full: bool, rounds: int) -> str:
+def report(results: list[SizeResult], quality: QualityResult | None, full: bool, rounds: int, *, uncached: bool = False) -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
         f"### Catalog search ({'full' if full else 'quick'} mode)",
@@ -390,7 +436,8 @@ def report(results: list[SizeResult], quality: QualityResult | None, full: bool,
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (load average {load:.1f} at the end), Python {platform.python_version()}; {_versions()}.",
         f"Settings: embedded store (qdrant-edge; HNSW built in the background past 20k vectors and waited for before timing, exact below), model local/all-MiniLM-L6-v2, dense and BM25 top-{PREFETCH} each, "
         f"fusion cosine + ({LEXICAL_WEIGHT_MIN} to {LEXICAL_WEIGHT_MAX} by query-term coverage) x normalized BM25, rerank off, rate limits off; latency over HTTP on loopback, "
-        f"{rounds} rounds after one warm-up round; caller plan pro.",
+        f"{rounds} rounds after one warm-up round; caller plan pro; query embeddings "
+        f"{'not cached (every timed query encoded)' if uncached else 'cached after the warm-up round'}.",
         "",
     ]
     if results:
@@ -429,14 +476,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--embed-limit", type=int, default=1000, help="largest size embedded by the real pipeline")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--vectors", choices=("random", "composed"), default="random", help="vectors of sizes past --embed-limit")
+    parser.add_argument("--uncached", action="store_true", help="no query-embedding cache: every timed query is encoded")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if args.full:
         sizes.append(FULL_SIZE)
-    results = [] if args.skip_latency else [asyncio.run(bench_size(size, args.rounds, args.embed_limit)) for size in sizes]
+    composed = args.vectors == "composed"
+    results = [] if args.skip_latency else [asyncio.run(bench_size(size, args.rounds, args.embed_limit, composed=composed, uncached=args.uncached)) for size in sizes]
     quality = None if args.skip_quality else asyncio.run(bench_quality(None if args.full else args.quality_sample))
-    print(report(results, quality, args.full, args.rounds))
+    print(report(results, quality, args.full, args.rounds, uncached=args.uncached))
     return 0
 
 

@@ -66,7 +66,7 @@ async def apply_parent_evidence_batch(index: RecordIndex, embedder: Embedder, li
     out = [hits for _, hits in lists]
     if not searched:
         return out
-    queries = [DenseQuery(embedder.vector_name, lists[i][0], Filter(must=(MatchAny("key", tuple(keys[i])),)), len(keys[i])) for i in searched]
+    queries = [DenseQuery(embedder.vector_name, lists[i][0], Filter(must=(MatchAny("key", tuple(keys[i])),)), len(keys[i]), ("key",)) for i in searched]
     for i, found in zip(searched, await index.search_batch(queries), strict=True):
         out[i] = _rescore(out[i], parents[i], {str(h.payload.get("key")): h.score for h in found})
     return out

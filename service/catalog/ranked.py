@@ -21,6 +21,7 @@ from service.catalog.keys import SCOPE_RANKED, SCOPE_RANKED_HIDDEN, Kind, server
 from service.catalog.lookup import name_terms, reconnect_step
 from service.catalog.memories import find_memories
 from service.catalog.ranking import (
+    RANK_FIELDS,
     Retrieval,
     Scored,
     apply_identity_bonus,
@@ -92,7 +93,7 @@ async def ranked_hits(ctx: SearchContext, query: str, domain: DomainRow | None, 
     if flag_on is None:
         flag_on = _rerank_flag(ctx)
     with ctx.deadline.phase("loadAndRank"):
-        retrieval = await retrieve(engine, query, ranked_filter(caller, domain, ctx.request.include_hidden))
+        retrieval = await retrieve(engine, query, ranked_filter(caller, domain, ctx.request.include_hidden), fields=RANK_FIELDS)
         candidates = relevant_hits(retrieval.hits)
         apply_identity_bonus(candidates, query)
         q_terms = retrieval.query_terms.split()
@@ -105,8 +106,12 @@ async def ranked_hits(ctx: SearchContext, query: str, domain: DomainRow | None, 
     if domain is None:
         with ctx.deadline.phase("memoryEnrichment"):
             memories = await find_memories(engine, caller, retrieval.query_terms, retrieval.vector)
+    if flag_on:  # the scorer reads the candidates' descriptions
+        pool = await _read_whole(engine, pool)
     result = await _rerank_stage(ctx, query, pool, flag_on)
     hits = _reorder(pool, result)[: ctx.limit]
+    if not flag_on:
+        hits = await _read_whole(engine, hits)
     for hit in hits:
         hit.why = (hit.why or why_matched(q_terms, hit.payload)) + evidence(hit)
         hit.extras["scoreFrom"] = score_from(hit)
@@ -194,6 +199,19 @@ async def _rerank_stage(ctx: SearchContext, query: str, pool: Sequence[Scored], 
     if not str(result.telemetry.get("outcome", "")).startswith("skipped-"):
         ctx.deadline.add("jevRerank", result.duration_ms)
     return result
+
+
+async def _read_whole(engine: Engine, hits: list[Scored]) -> list[Scored]:
+    """``hits`` with their whole payloads (they were ranked on ``RANK_FIELDS``), in one store call; a
+    record deleted since it was ranked drops out."""
+    found = await catalog_index(engine).get_many([str(hit.payload.get("key")) for hit in hits])
+    kept = []
+    for hit in hits:
+        payload = found.get(str(hit.payload.get("key")))
+        if payload is not None:
+            hit.payload = payload
+            kept.append(hit)
+    return kept
 
 
 async def _export_parents(engine: Engine, candidates: Sequence[Scored], include_hidden: bool) -> dict[str, Mapping[str, Any]]:

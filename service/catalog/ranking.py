@@ -46,6 +46,30 @@ log = logging.getLogger(__name__)
 LEXICAL_WEIGHT_MIN = 0.05
 LEXICAL_WEIGHT_MAX = 0.3
 PREFETCH = 50
+# The payload fields ranking reads (fusion, identity, exports, parents, pairing, hints): the
+# candidates are retrieved with these alone, and the hits shown are read whole afterwards
+# (``ranked.ranked_hits``), so a search does not carry every candidate's texts and schemas.
+RANK_FIELDS = (
+    "key",
+    "kind",
+    "entity",
+    "entity_id",
+    "tenant",
+    "scope",
+    "hidden",
+    "terms",
+    "identity_terms",
+    "name_leaf",
+    "name",
+    "title",
+    "tool",
+    "server",
+    "domain",
+    "package_id",
+    "callables",
+    "subpath",
+    "summary",
+)
 # Cosine under which MiniLM pairs are unrelated text; such hits count only with a lexical match.
 DENSE_FLOOR = 0.25
 # Dense-only hits must come within this much of the query's best cosine.
@@ -138,8 +162,10 @@ async def retrieve(
     mode: str = "hybrid",
     prefetch: int = PREFETCH,
     vector: list[float] | None = None,
+    fields: tuple[str, ...] | None = None,
 ) -> Retrieval:
-    """Dense and BM25 candidates under ``flt``, fused; ``mode`` restricts the channels (bench, fallback).
+    """Dense and BM25 candidates under ``flt``, fused; ``mode`` restricts the channels (bench, fallback);
+    ``fields``: the payload fields each candidate carries (None: all of them).
 
     In hybrid mode a request of several intents (``split_intents``) is retrieved for the whole and for
     each intent, the vectors embedded in one batch, and the lists combined (``combine_intents``)."""
@@ -152,7 +178,7 @@ async def retrieve(
         if intent_vectors is None:
             mode = "lexical"  # the notice says why; the one-list path must not wait on the model again
         elif embedder is not None:
-            found = await _retrieve_intents(index, embedder, query, intents, intent_vectors, flt, prefetch)
+            found = await _retrieve_intents(index, embedder, query, intents, intent_vectors, flt, prefetch, fields)
             if found is not None:
                 return found
     found_one = await dense_and_text(
@@ -165,6 +191,7 @@ async def retrieve(
         limit=prefetch,
         vector=vector,
         terms=task_terms(query),
+        fields=fields,
     )
     used = mode if found_one.vector is not None or mode == "lexical" else "lexical"
     fused = fuse(found_one.dense, found_one.text, found_one.query_terms.split())
@@ -174,7 +201,14 @@ async def retrieve(
 
 
 async def _retrieve_intents(
-    index: RecordIndex, embedder: Embedder, query: str, intents: list[str], intent_vectors: list[list[float]], flt: Filter, prefetch: int
+    index: RecordIndex,
+    embedder: Embedder,
+    query: str,
+    intents: list[str],
+    intent_vectors: list[list[float]],
+    flt: Filter,
+    prefetch: int,
+    fields: tuple[str, ...] | None,
 ) -> Retrieval | None:
     """The whole request and each intent retrieved and fused, then combined; None when the dense
     channel is not ready (the caller answers with one list)."""
@@ -182,7 +216,9 @@ async def _retrieve_intents(
     vectors = [mean_vector(intent_vectors), *intent_vectors]
     terms = [task_terms(text) for text in [query, *intents]]
     # Every list's dense and BM25 candidates in one store call.
-    queries = [q for v, t in zip(vectors, terms, strict=True) for q in (DenseQuery(embedder.vector_name, v, flt, prefetch), TextQuery(t, flt, prefetch))]
+    queries = [
+        q for v, t in zip(vectors, terms, strict=True) for q in (DenseQuery(embedder.vector_name, v, flt, prefetch, fields), TextQuery(t, flt, prefetch, fields))
+    ]
     try:
         found = await index.search_batch(queries)
     except StoreError as exc:

@@ -125,11 +125,13 @@ async def dense_and_text(
     limit: int = DEFAULT_PREFETCH,
     vector: list[float] | None = None,
     terms: str | None = None,
+    fields: tuple[str, ...] | None = None,
 ) -> Candidates:
     """The query vector (``vector``, else embedded, else a notice), then the top ``limit`` dense and
     BM25 candidates under ``filter``; the surface fuses them. ``dense``/``text`` pick the channels;
     without a vector (no model, the model failed, the collection has no vector yet) the BM25
-    candidates are fetched whatever ``text`` says, so the answer falls back to lexical."""
+    candidates are fetched whatever ``text`` says, so the answer falls back to lexical. ``fields``:
+    the payload fields each hit carries (None: all of them)."""
     terms = query_terms(query) if terms is None else terms
     notices: list[str] = []
     dense_hits: list[Hit] = []
@@ -140,16 +142,16 @@ async def dense_and_text(
             try:
                 if text:  # both channels in one store call
                     dense_hits, text_hits = await records.search_batch(
-                        [DenseQuery(embedder.vector_name, vector, filter, limit), TextQuery(terms, filter, limit)]
+                        [DenseQuery(embedder.vector_name, vector, filter, limit, fields), TextQuery(terms, filter, limit, fields)]
                     )
                     return Candidates(dense_hits, text_hits, vector, terms, notices)
-                dense_hits = await records.search_dense(embedder.vector_name, vector, filter, limit=limit)
+                (dense_hits,) = await records.search_batch([DenseQuery(embedder.vector_name, vector, filter, limit, fields)])
             except StoreError as exc:
                 dense_unavailable(exc, notices)
                 vector = None
     text_hits = []
     if text or vector is None:
-        text_hits = await records.search_text(terms, filter, limit=limit)
+        (text_hits,) = await records.search_batch([TextQuery(terms, filter, limit, fields)])
     return Candidates(dense_hits, text_hits, vector, terms, notices)
 
 

@@ -13,7 +13,7 @@ latency is representative (uniform random vectors are, if anything, slower for H
 embeddings); the table says which sizes used which. ``--vectors composed`` gives those sizes model
 vectors instead, cheaply: each synthetic text is template heads ("Send a message in chat") and
 one of the 199 real tool descriptions, so each record's vector is the normalized sum of the
-model's vectors of its segments (some 12k distinct segments encoded, not 100k texts); they
+model's vectors of its segments (each distinct segment encoded once, far fewer than the records); they
 cluster as real embeddings do, which is HNSW's usual case rather than its worst. ``--uncached`` turns the
 query-embedding cache off, so every timed query is encoded. Timed: ranked queries, domain-scoped queries,
 the domain index (empty query) and entity lookups, p50/p99 after one warm-up round.

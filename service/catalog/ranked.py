@@ -107,11 +107,11 @@ async def ranked_hits(ctx: SearchContext, query: str, domain: DomainRow | None, 
         with ctx.deadline.phase("memoryEnrichment"):
             memories = await find_memories(engine, caller, retrieval.query_terms, retrieval.vector)
     if flag_on:  # the scorer reads the candidates' descriptions
-        pool = await _read_whole(engine, pool)
+        pool = await read_whole(engine, pool)
     result = await _rerank_stage(ctx, query, pool, flag_on)
     hits = _reorder(pool, result)[: ctx.limit]
     if not flag_on:
-        hits = await _read_whole(engine, hits)
+        hits = await read_whole(engine, hits)
     for hit in hits:
         hit.why = (hit.why or why_matched(q_terms, hit.payload)) + evidence(hit)
         hit.extras["scoreFrom"] = score_from(hit)
@@ -201,7 +201,7 @@ async def _rerank_stage(ctx: SearchContext, query: str, pool: Sequence[Scored], 
     return result
 
 
-async def _read_whole(engine: Engine, hits: list[Scored]) -> list[Scored]:
+async def read_whole(engine: Engine, hits: list[Scored]) -> list[Scored]:
     """``hits`` with their whole payloads (they were ranked on ``RANK_FIELDS``), in one store call; a
     record deleted since it was ranked drops out."""
     found = await catalog_index(engine).get_many([str(hit.payload.get("key")) for hit in hits])

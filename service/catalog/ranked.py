@@ -187,7 +187,7 @@ async def _rerank_stage(ctx: SearchContext, query: str, pool: Sequence[Scored], 
     try:
         result = await rerank(
             query,
-            [_candidate(hit) for hit in pool],
+            [_candidate(hit) if flag_on else _bare(hit) for hit in pool],
             plan=ctx.caller.plan,
             flag_on=flag_on,
             scorer=catalog_state(ctx.engine).scorer,
@@ -261,6 +261,11 @@ def _candidate(hit: Scored) -> Candidate:
     text = f"{payload.get('title')}: {payload.get('summary') or ''} {str(payload.get('description') or '')[:300]}".strip()
     identity = tuple(str(payload.get(k)).lower() for k in ("entity_id", "name_leaf", "name", "tool", "server") if payload.get(k))
     return Candidate(ref=str(payload.get("key")), text=text, score=hit.score, identity_terms=identity)
+
+
+def _bare(hit: Scored) -> Candidate:
+    """A candidate for a stage that is off: its gate skips it before any text is read."""
+    return Candidate(ref=str(hit.payload.get("key")), text="", score=hit.score)
 
 
 def _reorder(pool: Sequence[Scored], result: RerankResult) -> list[Scored]:

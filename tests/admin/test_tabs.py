@@ -77,7 +77,9 @@ async def test_header_counts_equal_each_tabs_rows(settings: Settings) -> None:
         assert busy in tab_ids(pages["busy"])
         assert set(queued) <= set(tab_ids(pages["queues"]))
         assert tab_ids(pages["retries"]) == [again]
-        assert tab_ids(pages["scheduled"]) == [later]
+        # Beside the test's own deferred job, the sweeper's next cron run may be scheduled already
+        # (it is queued ahead of its minute on the fast queue): a real job of the service, not the test's.
+        assert [i for i in tab_ids(pages["scheduled"]) if ":sweep_cron:" not in i] == [later]
         assert tab_ids(pages["dead"]) == [dead[1], dead[0]]  # latest failure first
 
         # The dashboard's tables read the same tally as its header: each count is its column's sum.

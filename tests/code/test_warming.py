@@ -17,7 +17,7 @@ from service.code.state import workspaces_of
 from service.code.warming import MIN_SPAN_S, WINDOW_S, Sample, WarmingSamples, measured_rate, warming_progress
 from service.settings import Settings
 from service.state import ENGINE
-from tests.callers import ADMIN, BOB
+from tests.callers import ADMIN, BOB, token_of
 from tests.code.helpers import register, search, status, wait_indexed, wait_model_ready
 
 NOW = 1_800_000_000.0
@@ -120,3 +120,48 @@ async def test_status_and_dashboard_measure_the_rate_of_real_embedding(client: T
     page = await (await client.get("/admin", headers=ADMIN)).text()
     shown = page.split('id="workspace-warming"', 1)[1].split("</tbody>", 1)[0]
     assert f'data-workspace="{wid}"' in shown and f"{row['share'] * 100:.1f}%" in shown and "chunks/s" in shown
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_dashboards_script_redraws_the_warming_table_in_chromium(client: TestClient[Any, Any], module_settings: Settings, tree: Path) -> None:
+    """Headless Chromium (Debian's) on the real dashboard; the page's clock is Playwright's, so the
+    30 s index refresh runs when the test moves the clock on, not after half a minute of waiting."""
+    from playwright.async_api import async_playwright, expect
+
+    from tests.admin.test_browser import CHROMIUM_FLAGS, TIMEOUT_MS, chromium_path
+
+    wid = (await register(client, tree))["id"]
+    await wait_indexed(client, wid)
+    await wait_model_ready(client)
+    base = str(client.make_url("")).rstrip("/")
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+            await page.clock.install()
+            await page.goto(f"{base}/admin")
+            await page.fill("#token", token_of(ADMIN))
+            await page.click("#login-form button[type=submit]")
+            await page.wait_for_url(f"{base}/admin")
+            row = page.locator(f'#workspace-warming tr[data-workspace="{wid}"]')
+            await expect(row).to_have_count(0)  # not warming when the page was drawn
+
+            workspaces = workspaces_of(client.app[ENGINE])
+            registered = workspaces.registry.get(wid)
+            assert registered is not None
+            await workspaces.mark_warm(registered)
+            await page.clock.fast_forward(31_000)
+            await expect(row).to_contain_text("0.0%", timeout=TIMEOUT_MS)
+            await expect(row).to_contain_text("measuring")
+
+            found = await search(client, wid, query="give the customer their money back", path="src/pkg")
+            embedded = found["meta"]["embedded_now"]
+            total = (await status(client, wid))["chunks"]
+            await asyncio.sleep(MIN_SPAN_S + 0.2)  # the rate needs readings this far apart
+            await status(client, wid)  # a reading
+            await page.clock.fast_forward(31_000)
+            await expect(row).to_contain_text(f"{embedded / total * 100:.1f}%", timeout=TIMEOUT_MS)
+            await expect(row).to_contain_text("chunks/s")
+            assert await row.locator("td.num").first.get_attribute("title") == f"{embedded} of {total} chunks"
+        finally:
+            await browser.close()

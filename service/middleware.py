@@ -116,7 +116,7 @@ def deadline_middleware(deadline_s: float) -> Callable[..., Awaitable[web.Stream
             if not timer.expired():  # a timeout of the handler's own (a dependency's), not the deadline
                 raise Unavailable("a dependency of the service did not answer in time; retry once") from None
             raise _past(deadline_s) from None
-        if timer.expired():
+        if timer.expired() and not response.prepared:  # a response already sent cannot be taken back
             raise _past(deadline_s)
         return response
 

@@ -106,7 +106,7 @@ def test_index_dot_never_indexes_its_own_data_directory(tmp_path: Path, cli_env:
     assert sorted(p.name for p in project.iterdir()) == ["app.py", "data"], "no data directory made in the tree"
     assert (Path(cli_env["XDG_CACHE_HOME"]) / "agentsearch" / "index").is_dir(), "the index lives in the user's cache"
     for query in (secret, "jwt"):
-        found = here("search", ".", query, "--mode", "lexical", "--json")
+        found = here("search", ".", "--mode", "lexical", "--json", "--", query)  # "--": a secret may start with "-"
         assert found.returncode == 1 and json.loads(found.stdout)["results"] == [], found.stdout
     refused = here("index", "./data")
     assert refused.returncode == 2 and "never searchable" in refused.stderr, refused.stderr

@@ -17,12 +17,15 @@ the service calls (a rerank scorer, an embeddings model).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -112,6 +115,18 @@ def free_port() -> int:
         return port
 
 
+# The per-user state of the services the suite starts (``$XDG_CACHE_HOME/agentsearch``: the records
+# of running services) in a directory of this test run rather than the real user's cache, so no
+# CLI outside the suite finds them; a test that gives a child its own XDG_CACHE_HOME keeps it.
+_CHILD_CACHE = Path(tempfile.mkdtemp(prefix="agentsearch-test-cache-"))
+atexit.register(shutil.rmtree, _CHILD_CACHE, True)
+
+
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for an ``agentsearch serve`` child: its user cache in the test run's directory unless ``env`` names one."""
+    return {"XDG_CACHE_HOME": str(_CHILD_CACHE), **env}
+
+
 def serve_command(port: int, *args: str) -> list[str]:
     """The command line of ``python -m service serve`` on loopback ``port``, with ``args`` after it."""
     return [sys.executable, "-m", "service", "serve", "--port", str(port), *args]
@@ -119,7 +134,7 @@ def serve_command(port: int, *args: str) -> list[str]:
 
 async def spawn_service(env: dict[str, str], port: int, *, stdout: IO[bytes] | int | None, stderr: IO[bytes] | int | None) -> asyncio.subprocess.Process:
     """``python -m service serve --port PORT`` with ``env``, from the repository root."""
-    return await asyncio.create_subprocess_exec(*serve_command(port), env=env, cwd=ROOT, stdout=stdout, stderr=stderr)
+    return await asyncio.create_subprocess_exec(*serve_command(port), env=child_env(env), cwd=ROOT, stdout=stdout, stderr=stderr)
 
 
 @dataclass
@@ -198,14 +213,14 @@ class ServiceProcess:
         self.data_dir = data_dir
         self.log_path = log_path
         self.port = free_port()
-        self.env = {
+        self.env = child_env({
             **os.environ,
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "AGENTSEARCH_JWT_SECRET": TEST_SECRET,
             "AGENTSEARCH_LOG_LEVEL": "WARNING",
             **env,
-        }
+        })
         self._process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import jwt
@@ -127,20 +128,23 @@ async def test_an_answer_that_comes_back_past_the_deadline_is_still_504(settings
             await asyncio.sleep(0.1)
         return web.json_response({"late": True})
 
-    async with running_app(settings, request_deadline_s=0.3, worker_in_process=False, setup=lambda app: app.router.add_get("/v1/stubborn", stubborn)) as test_client:
-        response = await test_client.get("/v1/stubborn", headers=auth())
-        body = await response.json()
-    assert response.status == 504 and body["error"]["code"] == "deadline_exceeded" and "0.3s" in body["error"]["message"]
+    status, body = await _get_from(settings, stubborn, deadline_s=0.3)
+    assert status == 504 and body["error"]["code"] == "deadline_exceeded" and "0.3s" in body["error"]["message"]
 
 
 async def test_a_dependencys_own_timeout_is_503_not_the_deadline(settings: Settings) -> None:
     async def times_out(request: web.Request) -> web.Response:
         raise TimeoutError("upstream read timed out")
 
-    async with running_app(settings, request_deadline_s=5.0, worker_in_process=False, setup=lambda app: app.router.add_get("/v1/times-out", times_out)) as test_client:
-        response = await test_client.get("/v1/times-out", headers=auth())
-        body = await response.json()
-    assert response.status == 503 and body["error"]["code"] == "unavailable" and "did not answer in time" in body["error"]["message"]
+    status, body = await _get_from(settings, times_out, deadline_s=5.0)
+    assert status == 503 and body["error"]["code"] == "unavailable" and "did not answer in time" in body["error"]["message"]
+
+
+async def _get_from(settings: Settings, handler: Callable[[web.Request], Awaitable[web.Response]], *, deadline_s: float) -> tuple[int, Any]:
+    """The status and JSON body of a GET of ``handler``, mounted at /v1/probe of an app with ``deadline_s``."""
+    async with running_app(settings, request_deadline_s=deadline_s, worker_in_process=False, setup=lambda app: app.router.add_get("/v1/probe", handler)) as test_client:
+        response = await test_client.get("/v1/probe", headers=auth())
+        return response.status, await response.json()
 
 
 async def test_oversized_body_is_413_json(settings: Settings) -> None:

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -295,7 +295,7 @@ class _ChangeWriter:
         if self._trigram is None:
             self._trigram = TrigramIndex.open(self.runtime.trigram_dir)
         self._trigram.delete_paths(paths)
-        self._trigram.add((c.key, c.path, c.text) for c in chunks)
+        self._trigram.add(lexical_documents(chunks))
         # commit() waits for tantivy's indexing thread without holding the GIL: run it off the loop.
         self._commit = asyncio.ensure_future(asyncio.to_thread(self._trigram.commit))
         await asyncio.shield(self._commit)
@@ -330,7 +330,7 @@ def chunk_record(workspace: Workspace, chunk: CachedChunk) -> IndexRecord:
         tenant=workspace.tenant,
         kind=RECORD_KIND,
         embed_text=embed_text_of(chunk.path, chunk.symbol, chunk.text),
-        terms=chunk_terms(chunk.path, chunk.symbol, chunk.text),
+        terms="",  # a chunk's BM25 terms are in the workspace's lexical index (trigram.py), not the store
         payload=payload,
         embed_model=workspace.embed_model,
     )
@@ -368,6 +368,12 @@ async def _set_pending(engine: Engine, keys: list[str]) -> None:
                 continue
 
 
+def lexical_documents(chunks: Iterable[CachedChunk]) -> Iterator[tuple[str, str, str, str]]:
+    """The lexical index's documents of ``chunks``: key, path, text and BM25 terms."""
+    for chunk in chunks:
+        yield chunk.key, chunk.path, chunk.text, chunk_terms(chunk.path, chunk.symbol, chunk.text)
+
+
 async def repair_trigram(runtime: IndexTarget) -> int:
     """Put back in the trigram index, as the cache has them, the files of a write that reached the
     trigram index but not the cache (the process died between the two); the paths repaired."""
@@ -377,7 +383,7 @@ async def repair_trigram(runtime: IndexTarget) -> int:
     index = TrigramIndex.open(runtime.trigram_dir)
     try:
         index.delete_paths(pending)
-        index.add((c.key, c.path, c.text) for chunks in runtime.cache.chunks_of(pending).values() for c in chunks)
+        index.add(lexical_documents(c for chunks in runtime.cache.chunks_of(pending).values() for c in chunks))
         await asyncio.to_thread(index.commit)
     finally:
         index.close()
@@ -393,7 +399,7 @@ async def rebuild_trigram(runtime: IndexTarget) -> int:
     try:
         added = 0
         for rows in runtime.cache.iter_chunks():
-            added += index.add((c.key, c.path, c.text) for c in rows)
+            added += index.add(lexical_documents(rows))
             await asyncio.sleep(0)
         await asyncio.to_thread(index.commit)
     finally:

@@ -1,8 +1,8 @@
 """The lexical passes: ranked chunk-aware text search, and regex search (always lexical).
 
-Ranked: BM25 over the chunks' analyzed terms in the store (scope applied in the engine filter),
-plus the chunks holding the query as a literal (case-insensitive; found through the trigram
-index and verified), which rank first. Inside each chunk, the lines that hold the literal, or
+Ranked: BM25 over the chunks' analyzed terms in the workspace's lexical index (``trigram.py``,
+scope applied in the index), plus the chunks holding the query as a literal (case-insensitive;
+found through the index's trigrams and verified), which rank first. Inside each chunk, the lines that hold the literal, or
 else the most query terms, are the line-level matches shown as ``path:line:snippet``.
 
 Regex: the trigram index proposes candidate files (or none can be required: every file in
@@ -14,6 +14,7 @@ process is both. Lines come in path and line order, as ``grep -rn`` prints them.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Sequence
@@ -25,11 +26,11 @@ from service.code.cache import CachedChunk
 from service.code.matchers import MatcherPool, MatchRun, default_pool
 from service.code.scope import Scope
 from service.code.state import WorkspaceRuntime
+from service.code.trigram import RankedChunk, Within
 from service.engine.analyzer import analyze, query_terms
-from service.engine.records import Collection
-from service.engine.store import Filter, Hit, TextQuery
 
 LITERAL_CANDIDATES = 2_000
+_READ_BATCH = 64  # literal candidates read (and inflated) at a time, in ranking order
 REGEX_CANDIDATES = 20_000
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 _WORD = re.compile(r"\w+")
@@ -100,55 +101,67 @@ class QueryText:
         return found
 
 
-# The payload fields the lexical ranking reads of a BM25 hit (a chunk's text comes from the cache).
-LEXICAL_FIELDS = ("key", "terms")
+async def ranked_lexical(runtime: WorkspaceRuntime, within: Within, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
+    """Chunks in scope ranked lexically: literal holders first, then by BM25 (the workspace's
+    lexical index, searched in a thread: tantivy releases the GIL)."""
+    terms = query.terms.split()
+    ranked = await asyncio.to_thread(runtime.trigram.ranked, terms, depth, within) if terms else []
+    return lexical_ranking(ranked, runtime, scope, query, depth)
 
 
-def lexical_query(flt: Filter, query: QueryText, depth: int) -> TextQuery:
-    """The BM25 query of the lexical pass (asking only for ``LEXICAL_FIELDS``)."""
-    return TextQuery(query.terms, flt, limit=depth, fields=LEXICAL_FIELDS)
+def lexical_ranking(ranked: Sequence[RankedChunk], runtime: WorkspaceRuntime, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
+    """``ranked_lexical`` of BM25 hits already found (``TrigramIndex.ranked``).
 
-
-async def ranked_lexical(records: Collection, runtime: WorkspaceRuntime, flt: Filter, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
-    """Chunks in scope ranked lexically: literal holders first, then by BM25."""
-    hits = (await records.search_batch([lexical_query(flt, query, depth)]))[0] if query.terms else []
-    return lexical_ranking(hits, runtime, scope, query, depth)
-
-
-def lexical_ranking(hits: Sequence[Hit], runtime: WorkspaceRuntime, scope: Scope, query: QueryText, depth: int) -> list[ChunkHit]:
-    """``ranked_lexical`` of BM25 ``hits`` already fetched (``lexical_query``)."""
-    bm25 = {str(hit.payload.get("key")): hit.score for hit in hits}
-    wanted = query.term_set
-    coverage = {str(hit.payload.get("key")): _coverage(wanted, str(hit.payload.get("terms", ""))) for hit in hits}
-    literal_keys = runtime.trigram.candidates_literal(query.literal, LITERAL_CANDIDATES) or []
-    chunks = runtime.cache.by_keys([*bm25, *literal_keys])
+    A common literal has up to ``LITERAL_CANDIDATES`` trigram candidates, and reading a text means
+    inflating it: the candidates are put in ranking order from their places alone and read in that
+    order until ``depth`` of them hold the literal (a later one could only rank below those)."""
+    bm25 = {hit.key: hit.score for hit in ranked}
+    wanted = len(query.term_set)
+    coverage = {hit.key: hit.terms_held / wanted if wanted else 0.0 for hit in ranked}
     needle = query.literal.lower()
-    found: list[ChunkHit] = []
-    for key, chunk in chunks.items():
-        if not scope.contains(chunk.path):
-            continue
-        exact = bool(needle) and needle in chunk.text.lower()
-        if key not in bm25 and not exact:
-            continue  # a trigram candidate that does not hold the literal
-        found.append(ChunkHit(chunk=chunk, bm25=bm25.get(key, 0.0), exact=exact, coverage=1.0 if exact else coverage.get(key, 0.0)))
     names = frozenset(_WORD.findall(query.literal))
+    found: list[ChunkHit] = []
+
+    def take(chunk: CachedChunk) -> bool:
+        """Keep ``chunk`` if it is in scope and a BM25 hit or a literal holder; whether it holds the literal."""
+        if not scope.contains(chunk.path):
+            return False
+        exact = bool(needle) and needle in chunk.text.lower()
+        if chunk.key in bm25 or exact:
+            found.append(ChunkHit(chunk=chunk, bm25=bm25.get(chunk.key, 0.0), exact=exact, coverage=1.0 if exact else coverage.get(chunk.key, 0.0)))
+        return exact
+
+    for chunk in runtime.cache.by_keys(bm25).values():
+        take(chunk)
+    literal_keys = [key for key in runtime.trigram.candidates_literal(query.literal, LITERAL_CANDIDATES) or [] if key not in bm25]
+    if literal_keys and needle:
+        places = runtime.cache.places_by_keys(literal_keys)
+        in_scope = [key for key, (path, _start, _symbol) in places.items() if scope.contains(path)]
+        # As the final sort orders literal holders (none of these is a BM25 hit: their BM25 is 0).
+        in_scope.sort(key=lambda key: (not _names_declared(places[key][2], names), places[key][0], places[key][1]))
+        holders = 0  # among these candidates alone: a BM25 hit may rank below a later one that declares the name
+        for start in range(0, len(in_scope), _READ_BATCH):
+            if holders >= depth:
+                break
+            batch = runtime.cache.by_keys(in_scope[start : start + _READ_BATCH])
+            for key in in_scope[start : start + _READ_BATCH]:
+                if key in batch and take(batch[key]):
+                    holders += 1
     # Literal holders first, among them the chunk that declares the name asked for, then BM25.
     found.sort(key=lambda h: (not h.exact, not (h.exact and _declares(h.chunk, names)), -h.bm25, h.chunk.path, h.chunk.start_line))
-    ranked = found[:depth]
-    for rank, hit in enumerate(ranked, start=1):
+    ranked_hits = found[:depth]
+    for rank, hit in enumerate(ranked_hits, start=1):
         hit.lexical_rank = rank
-    return ranked
+    return ranked_hits
 
 
 def _declares(chunk: CachedChunk, names: frozenset[str]) -> bool:
     """Whether the chunk is the declaration of one of the query's words (its symbol's last part)."""
-    return chunk.symbol is not None and chunk.symbol.rsplit(".", 1)[-1] in names
+    return _names_declared(chunk.symbol, names)
 
 
-def _coverage(wanted: frozenset[str], terms: str) -> float:
-    if not wanted:
-        return 0.0
-    return len(wanted.intersection(terms.split())) / len(wanted)
+def _names_declared(symbol: str | None, names: frozenset[str]) -> bool:
+    return symbol is not None and symbol.rsplit(".", 1)[-1] in names
 
 
 def matching_lines(chunk: CachedChunk, query: QueryText, max_lines: int) -> list[tuple[int, str]]:

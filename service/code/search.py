@@ -31,8 +31,6 @@ from service.auth import Caller
 from service.code.lexical import (
     ChunkHit,
     QueryText,
-    lexical_query,
-    lexical_ranking,
     ranked_lexical,
     regex_search,
     shown_line_count,
@@ -57,6 +55,7 @@ from service.code.semantic import (
 )
 from service.code.skipped import skip_reason
 from service.code.state import WorkspaceRuntime, workspaces_of
+from service.code.trigram import Within
 from service.code.workspace import Workspace
 from service.engine import explain
 from service.engine.deadline import Deadline
@@ -104,7 +103,8 @@ class _Context:
     runtime: WorkspaceRuntime
     request: SearchRequest
     scope: Scope
-    flt: Filter | None
+    flt: Filter | None  # the store's (dense) view of the scope; None: no indexed file in it
+    within: Within  # the lexical index's
     background: bool
     deadline: float | None = None
     notices: list[str] = field(default_factory=list)
@@ -184,7 +184,8 @@ async def search_workspace(
         await schedule_indexing(engine, workspace)
     runtime = await workspaces.runtime(workspace)
     runtime.trigram.reload()  # 0.1 ms: sees commits of a revalidation in another process (a separate worker)
-    ctx = _Context(engine, runtime.workspace, runtime, request, scope, scope_filter(runtime, scope), background, answer_by, notices=[*request.notices, *fresh.notices])
+    flt, within = scope_filter(runtime, scope)
+    ctx = _Context(engine, runtime.workspace, runtime, request, scope, flt, within, background, answer_by, notices=[*request.notices, *fresh.notices])
     ctx.timings["revalidate"] = _ms(started)
     ctx.meta["index"] = {
         "files": runtime.cache.file_count(),
@@ -198,15 +199,16 @@ async def search_workspace(
     return _answer(ctx, lines)
 
 
-def scope_filter(runtime: WorkspaceRuntime, scope: Scope) -> Filter | None:
-    """The store filter of the scope; None when no indexed file is in it."""
+def scope_filter(runtime: WorkspaceRuntime, scope: Scope) -> tuple[Filter | None, Within]:
+    """The scope as the store filters it (None when no indexed file is in it) and as the lexical index does."""
     base = workspace_filter(runtime.workspace)
     if scope.glob is not None:
         paths = tuple(p for p in runtime.cache.paths() if scope.contains(p))
-        return base.and_(MatchAny("path", paths)) if paths else None
+        return (base.and_(MatchAny("path", paths)) if paths else None), Within(paths=paths)
     if not scope.prefix:
-        return base
-    return base.and_(Match("path" if scope.is_file else "dirs", scope.prefix))
+        return base, Within()
+    within = Within(path=scope.prefix) if scope.is_file else Within(directory=scope.prefix)
+    return base.and_(Match("path" if scope.is_file else "dirs", scope.prefix)), within
 
 
 async def _regex(ctx: _Context, compiled: re.Pattern[str]) -> list[ResultLine]:
@@ -255,7 +257,7 @@ async def _ranked(ctx: _Context) -> list[ResultLine]:
     if ctx.flt is not None:
         if request.mode is Mode.LEXICAL:
             started = time.perf_counter()
-            lexical = await ranked_lexical(ctx.engine.records(SURFACE_NAME), ctx.runtime, ctx.flt, ctx.scope, query, depth)
+            lexical = await ranked_lexical(ctx.runtime, ctx.within, ctx.scope, query, depth)
             ctx.timings["lexical"] = _ms(started)
         else:
             lexical, semantic = await _semantic(ctx, query, depth)
@@ -327,20 +329,30 @@ async def _semantic(ctx: _Context, query: QueryText, depth: int) -> tuple[list[C
     if prepared is not None:
         embedder, vector, embedded_now = prepared
         with_lexical = ctx.request.mode is not Mode.SEMANTIC
+        # The lexical pass runs in its thread while the store answers the dense one.
+        lexical_pass = asyncio.ensure_future(ranked_lexical(ctx.runtime, ctx.within, ctx.scope, query, depth)) if with_lexical else None
         try:
             dense = await dense_query(ctx.engine, embedder, vector, ctx.flt, depth)
-            found = await records.search_batch([dense, lexical_query(ctx.flt, query, depth)] if with_lexical and query.terms else [dense])
+            found = await records.search_batch([dense])
         except StoreError as exc:
             log.warning("semantic pass failed", extra={"workspace": ctx.workspace.id, "error": str(exc)})
             _fallback(ctx, "semantic_failed", f"semantic search failed on the index; {LEXICAL_ONLY}")
+        except BaseException:
+            if lexical_pass is not None:
+                lexical_pass.cancel()
+            raise
         else:
             ctx.timings["semantic"] = _ms(started)
             ctx.meta["embedded_now"] = embedded_now
             started = time.perf_counter()
-            lexical = lexical_ranking(found[1] if len(found) > 1 else [], ctx.runtime, ctx.scope, query, depth) if with_lexical else []
+            lexical = await lexical_pass if lexical_pass is not None else []
             ctx.timings["lexical"] = _ms(started)
             return lexical, _semantic_ranking(ctx, found[0])
-    lexical = await ranked_lexical(records, ctx.runtime, ctx.flt, ctx.scope, query, depth)
+        if lexical_pass is not None:
+            lexical = await lexical_pass
+            ctx.timings["lexical"] = _ms(started)
+            return lexical, None
+    lexical = await ranked_lexical(ctx.runtime, ctx.within, ctx.scope, query, depth)
     ctx.timings["lexical"] = _ms(started)
     return lexical, None
 

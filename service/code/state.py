@@ -53,6 +53,7 @@ from service.code.trigram import IndexLocked, TrigramIndex
 from service.code.walker import DEFAULT_SKIP_DIRS
 from service.code.watcher import RootWatcher
 from service.code.workspace import SearchConfig, Workspace, WorkspaceRegistry, new_workspace, with_search
+from service.engine.analyzer import ANALYZER_VERSION
 from service.engine.records import DONE, PENDING
 from service.engine.store import Filter, Match
 from service.errors import NotFound, WorkspaceBroken, WorkspaceMissing
@@ -416,8 +417,12 @@ class Workspaces:
         if repaired:
             log.warning("trigram index was ahead of the chunk cache; put back its files", extra={"workspace": runtime.workspace.id, "files": repaired})
         if runtime.trigram.num_docs != cached:
-            log.warning("trigram index and chunk cache disagree; rebuilding it", extra={"workspace": runtime.workspace.id})
+            log.warning("lexical index and chunk cache disagree; rebuilding it", extra={"workspace": runtime.workspace.id})
             await rebuild_trigram(runtime)
+        elif cached and runtime.cache.get_meta("lexical_analyzer") != ANALYZER_VERSION:
+            log.warning("lexical index holds another analyzer's terms; rebuilding it", extra={"workspace": runtime.workspace.id})
+            await rebuild_trigram(runtime)
+        runtime.cache.set_meta("lexical_analyzer", ANALYZER_VERSION)
 
     async def _upgrade_records(self, runtime: WorkspaceRuntime) -> None:
         """A workspace indexed with another record format (what a chunk's embedded text and terms

@@ -1,9 +1,13 @@
-"""The trigram index: a node-local tantivy index per workspace whose candidates (chunks, or files)
-are a superset of those that can match a literal or a regex.
+"""The workspace's lexical index: a node-local tantivy index per workspace that ranks its chunks by
+BM25 and proposes the candidates (chunks, or files) that may match a literal or a regex.
 
 The index is derived from the chunk cache: one document per chunk with its ``chunk_id``, its
-``path`` and its text in an ngram(3, 3) field. Its analyzer lowercases and folds to ASCII, so
-case-insensitive matches that Python's ``re`` accepts (``ı``/``i``, ``ſ``/``s``, ``K``/``k``) still
+``path``, its ancestor directories (``dirs``, so a directory scope is one term), its BM25 terms
+(the analyzer's output, weighted by repetition: ``context.chunk_terms``) in a whitespace-tokenized
+field with term frequencies, and its text in an ngram(3, 3) field. Lexical search reads this index
+and the cache alone; the store's points of a workspace's chunks carry no BM25 terms.
+
+The trigram field's analyzer lowercases and folds to ASCII, so case-insensitive matches that Python's ``re`` accepts (``ı``/``i``, ``ſ``/``s``, ``K``/``k``) still
 share trigrams. The prefilter only ever answers a superset: a regex is then matched on the
 candidate files' whole text (``rematch.py``); when no trigram can be required (``prefilter.py``)
 the answer is ``None`` and the caller scans every file in scope.
@@ -17,20 +21,42 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import tantivy
 
+from service.code.model import dirs_of
 from service.code.prefilter import MIN_LITERAL_CHARS, AllOf, AnyOf, Requirement, line_requirement, required_literals
 
 logger = logging.getLogger(__name__)
 
 TRIGRAM_TOKENIZER = "trigram"
+TERMS_TOKENIZER = "terms"
 WRITER_HEAP_BYTES = 32_000_000
 
-_ID, _PATH, _GRAMS = "chunk_id", "path", "grams"
+_ID, _PATH, _DIRS, _TERMS, _GRAMS = "chunk_id", "path", "dirs", "terms", "grams"
+
+
+@dataclass(frozen=True)
+class Within:
+    """Where a ranked search looks: only ``paths`` (a glob's files), the file ``path``, or the
+    files under ``directory``; all unset: the whole workspace."""
+
+    directory: str = ""
+    path: str = ""
+    paths: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RankedChunk:
+    """A chunk found by BM25: its key, its score, and how many of the query's distinct terms it holds."""
+
+    key: str
+    score: float
+    terms_held: int
 
 
 class IndexLocked(RuntimeError):
@@ -50,12 +76,20 @@ def trigrams(literal: str) -> list[str]:
 
 
 @cache
+def terms_analyzer() -> tantivy.TextAnalyzer:
+    """The analyzer of the BM25 field: the terms are analyzer output already, joined by spaces."""
+    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+
+
+@cache
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(_ID, stored=True, tokenizer_name="raw", index_option="basic")
     # A fast field too: a regex's candidate files are the distinct paths of the chunks that match,
     # counted in the index (a terms aggregation) rather than read from every chunk's stored fields.
     builder.add_text_field(_PATH, stored=True, fast=True, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field(_DIRS, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field(_TERMS, tokenizer_name=TERMS_TOKENIZER, index_option="freq")
     builder.add_text_field(_GRAMS, tokenizer_name=TRIGRAM_TOKENIZER, index_option="basic")
     return builder.build()
 
@@ -76,8 +110,9 @@ class TrigramIndex:
         :meth:`reload`."""
         directory.mkdir(parents=True, exist_ok=True)
         index = _open_or_recreate(directory)
-        # The custom tokenizer is not stored with the index: without it writes and queries fail.
+        # The custom tokenizers are not stored with the index: without them writes and queries fail.
         index.register_tokenizer(TRIGRAM_TOKENIZER, trigram_analyzer())
+        index.register_tokenizer(TERMS_TOKENIZER, terms_analyzer())
         if not writable:
             return cls(directory, index, None)
         try:
@@ -104,12 +139,12 @@ class TrigramIndex:
     def num_docs(self) -> int:
         return int(self._index.searcher().num_docs)
 
-    def add(self, chunks: Iterable[tuple[str, str, str]]) -> int:
-        """Add ``(chunk_id, path, text)`` documents; visible after :meth:`commit`."""
+    def add(self, chunks: Iterable[tuple[str, str, str, str]]) -> int:
+        """Add ``(chunk_id, path, text, terms)`` documents; visible after :meth:`commit`."""
         writer = self._require_writer()
         added = 0
-        for chunk_id, path, text in chunks:
-            writer.add_document(tantivy.Document(**{_ID: [chunk_id], _PATH: [path], _GRAMS: [text]}))
+        for chunk_id, path, text, terms in chunks:
+            writer.add_document(tantivy.Document(**{_ID: [chunk_id], _PATH: [path], _DIRS: dirs_of(path), _TERMS: [terms], _GRAMS: [text]}))
             added += 1
         return added
 
@@ -126,6 +161,34 @@ class TrigramIndex:
     def reload(self) -> None:
         """See the latest commit (of this or another writer) in the next search."""
         self._index.reload()
+
+    def ranked(self, terms: Sequence[str], limit: int, within: Within | None = None) -> list[RankedChunk]:
+        """The ``limit`` chunks (in ``within``) that best match ``terms`` by BM25 (a chunk holding
+        none of them is not found), best first, each with how many distinct terms it holds.
+
+        Counting the terms held costs one small search per term, over the hits alone (a term
+        query joined with the hits' ids): no chunk's terms are read or stored."""
+        wanted = list(dict.fromkeys(term for term in terms if term))
+        if not wanted or limit <= 0:
+            return []
+        ranking = tantivy.Query.boolean_query([(tantivy.Occur.Should, _bm25_term(term)) for term in wanted])
+        if within is not None and (scope := _within_query(within)) is not None:
+            ranking = tantivy.Query.boolean_query([(tantivy.Occur.Must, ranking), (tantivy.Occur.Must, tantivy.Query.const_score_query(scope, 0.0))])
+        searcher = self._index.searcher()
+        hits = searcher.search(ranking, limit, count=False).hits
+        if not hits:
+            return []
+        keys = [str(searcher.doc(address).get_first(_ID)) for _score, address in hits]
+        held = dict.fromkeys(keys, len(wanted))  # one term: every hit holds it
+        if len(wanted) > 1:
+            held = dict.fromkeys(keys, 0)
+            among = tantivy.Query.term_set_query(_schema(), _ID, keys)
+            for term in wanted:
+                query = tantivy.Query.boolean_query([(tantivy.Occur.Must, _bm25_term(term)), (tantivy.Occur.Must, among)])
+                for _score, address in searcher.search(query, len(keys), count=False).hits:
+                    key = str(searcher.doc(address).get_first(_ID))
+                    held[key] = held.get(key, 0) + 1
+        return [RankedChunk(key, float(score), held[key]) for key, (score, _address) in zip(keys, hits, strict=True)]
 
     def candidates_literal(self, literal: str, limit: int) -> list[str] | None:
         """Chunks holding every trigram of ``literal``, at most ``limit`` (a full list means it
@@ -205,3 +268,17 @@ def _to_query(requirement: Requirement) -> tantivy.Query:
 
 def _term(term: str) -> tantivy.Query:
     return tantivy.Query.term_query(_schema(), _GRAMS, term, index_option="basic")
+
+
+def _bm25_term(term: str) -> tantivy.Query:
+    return tantivy.Query.term_query(_schema(), _TERMS, term, index_option="freq")
+
+
+def _within_query(within: Within) -> tantivy.Query | None:
+    if within.paths is not None:
+        return tantivy.Query.term_set_query(_schema(), _PATH, list(within.paths))
+    if within.path:
+        return tantivy.Query.term_query(_schema(), _PATH, within.path, index_option="basic")
+    if within.directory:
+        return tantivy.Query.term_query(_schema(), _DIRS, within.directory, index_option="basic")
+    return None

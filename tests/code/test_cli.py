@@ -105,9 +105,12 @@ def test_index_dot_never_indexes_its_own_data_directory(tmp_path: Path, cli_env:
     assert json.loads(indexed.stdout)["files"] == 1, "app.py alone: nothing under ./data"
     assert sorted(p.name for p in project.iterdir()) == ["app.py", "data"], "no data directory made in the tree"
     assert (Path(cli_env["XDG_CACHE_HOME"]) / "agentsearch" / "index").is_dir(), "the index lives in the user's cache"
-    for query in (secret, "jwt"):
-        found = here("search", ".", "--mode", "lexical", "--json", "--", query)  # "--": a secret may start with "-"
-        assert found.returncode == 1 and json.loads(found.stdout)["results"] == [], found.stdout
+    found = here("search", ".", "--mode", "lexical", "--json", "--", "jwt")
+    assert found.returncode == 1 and json.loads(found.stdout)["results"] == [], found.stdout
+    # The secret's words may meet app.py's ("Ok", "def": one random secret in a hundred does): the
+    # secret itself, and any file under ./data, are what must never be found.
+    found = here("search", ".", "--mode", "lexical", "--json", "--", secret)  # "--": a secret may start with "-"
+    assert secret not in found.stdout and all(r["path"] == "app.py" for r in json.loads(found.stdout)["results"]), found.stdout
     refused = here("index", "./data")
     assert refused.returncode == 2 and "never searchable" in refused.stderr, refused.stderr
 

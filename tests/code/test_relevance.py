@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from service.code.cache import CachedChunk
 from service.code.chunker import MAX_UNIT_LINES, chunk_file
 from service.code.context import DOC_WEIGHT, NAME_WEIGHT, RECORD_FORMAT, chunk_terms, docstring
-from service.code.ingest import chunk_record
+from service.code.ingest import chunk_record, lexical_documents
 from service.code.model import COLLECTION, SURFACE_NAME, workspace_filter
 from service.code.state import close_workspaces, workspaces_of
 from service.code.workspace import SearchConfig, new_workspace
@@ -74,7 +74,8 @@ def test_a_chunk_record_leads_with_its_context_and_weighs_names_and_docstrings(t
     for words in ("service code search", "workspace index parse search body", "read the search body a caller posted"):
         assert words in read
 
-    terms = record.terms.split()
+    assert record.terms == "", "the store holds no BM25 terms of a chunk: the lexical index does"
+    terms = next(lexical_documents([cached(method)]))[3].split()
     assert terms.count("searchbody") == NAME_WEIGHT and terms.count("posted") == DOC_WEIGHT > 1, "names and docstrings weigh more"
     assert terms.count("workspace") == NAME_WEIGHT - 1, "the enclosing class weighs as a name, though not in the code"
     assert terms.count("total") == chunk_terms("x.py", None, method.text).split().count("total"), "the code counts once"
@@ -86,7 +87,8 @@ def test_a_comment_above_a_declaration_is_its_docstring() -> None:
     assert docstring(chunk.text) == "Opens the spool directory and locks it.", "the first paragraph, markers dropped"
     record = chunk_record(new_workspace("user:alice", Path("/srv"), SearchConfig()), cached(chunk))
     assert record.embed_text.startswith("internal spool open: open spool\n// Opens the spool directory")
-    assert record.terms.split().count("lock") == DOC_WEIGHT and record.terms.split().count("detail") == 1
+    terms = next(lexical_documents([cached(chunk)]))[3].split()
+    assert terms.count("lock") == DOC_WEIGHT and terms.count("detail") == 1
 
 
 LOG_ROTATION = '''

@@ -127,7 +127,7 @@ async def test_an_open_a_caller_gives_up_on_goes_on_for_the_next(module_settings
         first = asyncio.create_task(workspaces.runtime(workspace))
 
         def rebuilding() -> int:
-            return sum("trigram index and chunk cache disagree" in record.getMessage() for record in caplog.records)
+            return sum("lexical index and chunk cache disagree" in record.getMessage() for record in caplog.records)
 
         for _ in range(2000):
             if rebuilding() or first.done():
@@ -168,7 +168,7 @@ async def test_a_trigram_write_the_cache_never_got_is_put_back_on_open(module_se
         cache.close()
     with TrigramIndex.open(cache_dir / "trigram") as index:
         index.delete_paths([path])
-        index.add([("never-cached", path, "zebra_quagga_unicorn = 1"), ("never-cached-2", path, "okapi_narwhal = 2")])
+        index.add([("never-cached", path, "zebra_quagga_unicorn = 1", "zebra quagga unicorn"), ("never-cached-2", path, "okapi_narwhal = 2", "okapi narwhal")])
         index.commit()
         assert index.num_docs != cached
     caplog.clear()

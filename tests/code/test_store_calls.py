@@ -1,4 +1,5 @@
-"""A hybrid code search asks the store for both passes in one batch, and only for the payload fields it reads.
+"""A hybrid code search asks the store for its dense pass alone, and only for the payload field it
+reads; a lexical one never searches the store (BM25 is the workspace's lexical index).
 
 The store is the real embedded one; the test records the calls the search makes on it (a wrapper
 that passes every call through), the only way to see how many calls an answer took.
@@ -14,9 +15,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from service.code.lexical import LEXICAL_FIELDS
 from service.code.semantic import SEMANTIC_FIELDS
-from service.engine.store import DenseQuery, TextQuery
+from service.engine.store import DenseQuery
 from service.settings import Settings
 from service.state import ENGINE
 from tests.code.helpers import register, search, wait_indexed, wait_model_ready
@@ -49,7 +49,7 @@ def recorded(store: Any) -> Iterator[list[tuple[str, Any]]]:
             delattr(store, name)  # the class's own methods again
 
 
-async def test_a_hybrid_search_is_one_store_batch_asking_only_for_the_fields_it_reads(shared_client: TestClient[Any, Any], module_settings: Settings) -> None:
+async def test_a_hybrid_search_asks_the_store_only_for_dense_keys_and_a_lexical_one_not_at_all(shared_client: TestClient[Any, Any], module_settings: Settings) -> None:
     tree = write_tree(module_settings.allowed_roots[0] / f"calls-{uuid.uuid4().hex[:8]}")
     workspace = await register(shared_client, tree)
     await wait_indexed(shared_client, workspace["id"])
@@ -61,12 +61,11 @@ async def test_a_hybrid_search_is_one_store_batch_asking_only_for_the_fields_it_
     assert found["results"] and {r["source"] for r in found["results"]} & {"semantic", "merged"}
     assert [name for name, _ in calls] == ["search_batch"]
     queries = calls[0][1]
-    assert [type(q) for q in queries] == [DenseQuery, TextQuery]
+    assert [type(q) for q in queries] == [DenseQuery]
     assert queries[0].fields == SEMANTIC_FIELDS == ("key",)
-    assert queries[1].fields == LEXICAL_FIELDS == ("key", "terms")
+    assert {r["source"] for r in found["results"]} & {"lexical", "merged"}, "the lexical pass found nothing"
 
     with recorded(store) as calls:
         lexical = await search(shared_client, workspace["id"], query="give the customer their money back", path="src/pkg", mode="lexical")
     assert lexical["meta"]["mode"] == "lexical" and lexical["results"]
-    assert [name for name, _ in calls] == ["search_batch"]
-    assert [type(q) for q in calls[0][1]] == [TextQuery] and calls[0][1][0].fields == LEXICAL_FIELDS
+    assert calls == []

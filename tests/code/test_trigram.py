@@ -16,7 +16,8 @@ from service.code.lexical import run_matcher
 from service.code.pattern import regex_compile
 from service.code.prefilter import AllOf, AnyOf, Requirement, line_requirement, required_literals
 from service.code.rematch import line_matches
-from service.code.trigram import IndexLocked, TrigramIndex, trigrams
+from service.code.trigram import IndexLocked, TrigramIndex, Within, trigrams
+from service.engine.analyzer import terms_text
 
 DOCS = {
     "a#1": ("src/a.py", "def getUserById(user_id):\n    return db.fetch(user_id)\n"),
@@ -30,7 +31,7 @@ DOCS = {
 @pytest.fixture
 def index(tmp_path: Path) -> TrigramIndex:
     opened = TrigramIndex.open(tmp_path / "trigram")
-    opened.add((chunk_id, path, text) for chunk_id, (path, text) in DOCS.items())
+    opened.add((chunk_id, path, text, terms_text(text)) for chunk_id, (path, text) in DOCS.items())
     opened.commit()
     yield opened
     opened.close()
@@ -79,7 +80,7 @@ def test_deleted_paths_leave_the_index(index: TrigramIndex) -> None:
 def test_a_second_writer_is_refused_and_the_index_reopens(tmp_path: Path) -> None:
     directory = tmp_path / "trigram"
     first = TrigramIndex.open(directory)
-    first.add([("x#1", "x.py", "hello world")])
+    first.add([("x#1", "x.py", "hello world", "hello world")])
     first.commit()
     with pytest.raises(IndexLocked):
         TrigramIndex.open(directory)
@@ -104,7 +105,7 @@ def test_an_index_with_another_schema_is_rebuilt(tmp_path: Path) -> None:
 
     with TrigramIndex.open(directory) as rebuilt:
         assert rebuilt.num_docs == 0
-        rebuilt.add([("y#1", "y.py", "fresh text")])
+        rebuilt.add([("y#1", "y.py", "fresh text", "fresh text")])
         rebuilt.commit()
         assert rebuilt.candidates_literal("fresh", 10) == ["y#1"]
 
@@ -113,7 +114,64 @@ def test_a_closed_index_refuses_writes(tmp_path: Path) -> None:
     opened = TrigramIndex.open(tmp_path / "trigram")
     opened.close()
     with pytest.raises(RuntimeError, match="closed"):
-        opened.add([("x", "x", "x")])
+        opened.add([("x", "x", "x", "x")])
+
+
+# --- BM25 ranking ------------------------------------------------------------------------------
+
+RANKED = {
+    "r#1": ("pkg/orders/refund.py", "refund refund order customer"),
+    "r#2": ("pkg/orders/ship.py", "ship order customer"),
+    "r#3": ("pkg/billing/invoice.py", "invoice customer refund"),
+    "r#4": ("top.py", "refund"),
+    "r#5": ("pkg/billing/tax.py", "tax rate"),
+}
+
+
+@pytest.fixture
+def ranked_index(tmp_path: Path) -> TrigramIndex:
+    opened = TrigramIndex.open(tmp_path / "lexical")
+    opened.add((key, path, terms, terms) for key, (path, terms) in RANKED.items())
+    opened.commit()
+    yield opened
+    opened.close()
+
+
+def test_bm25_ranks_by_term_frequency_and_rarity_and_skips_chunks_without_a_term(ranked_index: TrigramIndex) -> None:
+    found = ranked_index.ranked(["refund", "customer"], 10)
+    keys = [hit.key for hit in found]
+    assert set(keys) == {"r#1", "r#2", "r#3", "r#4"}  # r#5 holds neither term
+    assert keys[0] == "r#1"  # both terms, "refund" twice
+    assert [hit.score for hit in found] == sorted((hit.score for hit in found), reverse=True)
+    # "customer" is in three chunks of five, "refund" in three: the two-term chunk outranks the one-term ones.
+    assert keys.index("r#3") < keys.index("r#2")
+    assert ranked_index.ranked(["nothing"], 10) == [] and ranked_index.ranked([], 10) == []
+
+
+def test_bm25_counts_the_distinct_query_terms_each_hit_holds(ranked_index: TrigramIndex) -> None:
+    held = {hit.key: hit.terms_held for hit in ranked_index.ranked(["refund", "customer", "refund", "order"], 10)}
+    assert held == {"r#1": 3, "r#2": 2, "r#3": 2, "r#4": 1}
+    assert {hit.key: hit.terms_held for hit in ranked_index.ranked(["tax"], 10)} == {"r#5": 1}
+
+
+def test_bm25_stays_within_a_directory_a_file_or_a_set_of_files(ranked_index: TrigramIndex) -> None:
+    def keys(within: Within) -> set[str]:
+        return {hit.key for hit in ranked_index.ranked(["refund", "customer", "tax"], 10, within)}
+
+    assert keys(Within(directory="pkg")) == {"r#1", "r#2", "r#3", "r#5"}
+    assert keys(Within(directory="pkg/billing")) == {"r#3", "r#5"}
+    assert keys(Within(directory="pkg/bill")) == set()  # a directory, not a string prefix
+    assert keys(Within(path="pkg/orders/ship.py")) == {"r#2"}
+    assert keys(Within(paths=("top.py", "pkg/billing/tax.py"))) == {"r#4", "r#5"}
+    assert keys(Within()) == set(RANKED)
+
+
+def test_bm25_keeps_its_limit_and_sees_deletions_after_a_commit(ranked_index: TrigramIndex) -> None:
+    best = ranked_index.ranked(["refund"], 10)[0]
+    assert ranked_index.ranked(["refund"], 1) == [best]
+    ranked_index.delete_paths(["pkg/orders/refund.py"])
+    ranked_index.commit()
+    assert "r#1" not in {hit.key for hit in ranked_index.ranked(["refund"], 10)}
 
 
 # --- literal extraction ------------------------------------------------------------------------
@@ -224,7 +282,7 @@ def test_candidates_cover_every_real_match(tmp_path: Path) -> None:
     ]
     texts = {f"{c.path}#{c.start_line}": c.text for c in chunks}
     with TrigramIndex.open(tmp_path / "trigram") as index:
-        index.add((chunk_id, chunk_id.split("#")[0], text) for chunk_id, text in texts.items())
+        index.add((chunk_id, chunk_id.split("#")[0], text, "") for chunk_id, text in texts.items())
         index.commit()
         for pattern in [
             r"def \w+_action",
@@ -323,7 +381,7 @@ def test_file_candidates_never_drop_a_file_that_matches(tmp_path_factory: pytest
     with TrigramIndex.open(tmp_path_factory.mktemp("trigram")) as index:
         for number, text in enumerate(files):
             path = f"f{number}.py"
-            index.add((f"{path}#{chunk.start_line}", path, chunk.text) for chunk in chunk_file(path, text))
+            index.add((f"{path}#{chunk.start_line}", path, chunk.text, "") for chunk in chunk_file(path, text))
         index.commit()
         candidates = index.candidate_paths(pattern, 10_000, ignore_case=ignore_case)
     matching = {f"f{number}.py" for number, text in enumerate(files) if compiled.search(text)}
@@ -332,7 +390,7 @@ def test_file_candidates_never_drop_a_file_that_matches(tmp_path_factory: pytest
 
 def test_file_candidates_join_the_chunks_of_a_file(tmp_path: Path) -> None:
     with TrigramIndex.open(tmp_path / "trigram") as index:
-        index.add([("a#1", "a.py", "def alpha():\n    return 1"), ("a#4", "a.py", "def beta():\n    return 2"), ("b#1", "b.py", "def alpha(): pass")])
+        index.add([("a#1", "a.py", "def alpha():\n    return 1", ""), ("a#4", "a.py", "def beta():\n    return 2", ""), ("b#1", "b.py", "def alpha(): pass", "")])
         index.commit()
         assert index.candidate_paths("(?s)alpha.*beta", 10) == {"a.py"}  # the two literals lie in two chunks
         assert index.candidate_paths("return 1\n\ndef beta", 10) == {"a.py"}

@@ -1,4 +1,4 @@
-"""Writing a workspace's records: walk it, re-chunk changed files, and bring the store, the trigram
+"""Writing a workspace's records: walk it, re-chunk changed files, and bring the store, the lexical
 index and the chunk cache in line, writing only what changed (one revalidation).
 
 One pass (``sync``):
@@ -10,7 +10,8 @@ One pass (``sync``):
      write records for new keys (``cold``, or ``pending`` and queued for embedding when the
      workspace is warm), update the line numbers of kept keys (a chunk moved by an edit above it
      keeps its key and its vector);
-   - trigram index: replace the files' documents, commit (in a thread: tantivy releases the GIL);
+   - lexical index (``trigram.py``: BM25 terms and trigrams): replace the files' documents, commit
+     (in a thread: tantivy releases the GIL);
    - cache: replace the files' rows, last (see ``cache.py`` on crash safety).
 A ``deadline`` stops between batches; the rest stays "changed" for the next pass.
 
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A batch commits the store, the trigram index and the cache together: big enough to amortize a
+# A batch commits the store, the lexical index and the cache together: big enough to amortize a
 # trigram commit, small enough that a deadline or a crash loses little work.
 BATCH_FILES = 200
 BATCH_CHUNKS = 4_000
@@ -249,7 +250,7 @@ async def _chunk_files(
 
 
 class _ChangeWriter:
-    """Applies batches of file changes to the store, the trigram index and the cache, in that order."""
+    """Applies batches of file changes to the store, the lexical index and the cache, in that order."""
 
     def __init__(self, engine: Engine, runtime: IndexTarget, report: SyncReport) -> None:
         self.engine = engine

@@ -7,10 +7,11 @@ moves its ``start_line`` but keeps its key, so ``RecordIndex``-style diffing kee
 only chunks whose text is new are embedded. A renamed file's chunks get new keys (the path is
 part of the key, as chunk hashes cover text only) and are embedded again.
 
-Payload fields besides the record ones (``tenant``, ``kind``, ``key``, ``terms``, ``embed_text``,
+Payload fields besides the record ones (``tenant``, ``kind``, ``key``, ``embed_text``,
 ``content_hash``, ``embed_state``, ...): ``workspace``, ``path``, ``dirs`` (every ancestor
 directory, so a directory scope is one keyword match), ``start_line``, ``end_line``,
-``chunk_kind``, ``symbol``.
+``chunk_kind``, ``symbol``. ``terms`` is empty: a chunk's BM25 terms are in its workspace's
+lexical index (``trigram.py``), which ranked lexical search reads instead of the store.
 
 Embed states: ``pending`` and ``done`` as everywhere, plus ``cold``: written and searchable
 lexically, but not queued for embedding (the sweeper only re-enqueues ``pending``). A workspace

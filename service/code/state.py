@@ -3,7 +3,8 @@
 ``workspaces_of(engine)`` is the one ``Workspaces`` of an engine, opened by the surface's
 ``on_open`` (``open_workspaces``) and kept on the engine under the surface's name: request
 handlers, jobs and the CLI share it, so the in-process worker and the front end see the same
-caches and locks. Its chunks are read and written through the code surface's ``RecordIndex``.
+caches and locks. Its chunks' points are read and written through the code surface's
+``RecordIndex``; their BM25 terms and trigrams through the workspace's lexical index.
 
 A workspace is revalidated against its tree at most every ``settings.revalidate_interval_s``
 (10 s by default); one revalidation at a time per workspace (an asyncio lock: a search that finds

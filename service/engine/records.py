@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 PENDING = "pending"
 DONE = "done"
 BASE_KEYWORD_FIELDS = ("tenant", "kind", "key", "embed_state", "embed_model")
+# What the engine itself filters every surface's records on (the sweeper, the counts).
+ENGINE_KEYWORD_FIELDS = ("tenant", "embed_state")
 BASE_INTEGER_FIELDS = ("pending_since",)
 # Payload fields that describe the stored vectors: a rewrite keeps them (the vectors stay too).
 VECTOR_FIELDS = ("vector_name", "fill_vector", "fill_hash")
@@ -40,11 +42,24 @@ VECTOR_FIELDS = ("vector_name", "fill_vector", "fill_hash")
 WRITE_BATCH = 512
 
 
-def collection_spec(name: str, keyword_fields: Sequence[str] = (), integer_fields: Sequence[str] = (), bool_fields: Sequence[str] = ()) -> CollectionSpec:
-    """A surface collection: the base record fields plus the surface's own indexed fields."""
-    keywords = tuple(dict.fromkeys((*BASE_KEYWORD_FIELDS, *keyword_fields)))
+def collection_spec(
+    name: str,
+    keyword_fields: Sequence[str] = (),
+    integer_fields: Sequence[str] = (),
+    bool_fields: Sequence[str] = (),
+    *,
+    record_keywords: Sequence[str] = BASE_KEYWORD_FIELDS,
+    text_index: bool = True,
+) -> CollectionSpec:
+    """A surface collection: the record fields it filters on (``record_keywords``, the engine's own
+    always among them) plus its own indexed fields. ``text_index=False``: no BM25 index in the
+    store, for a surface whose records are searched lexically elsewhere (an index costs memory for
+    every point, used or not)."""
+    keywords = tuple(dict.fromkeys((*ENGINE_KEYWORD_FIELDS, *record_keywords, *keyword_fields)))
     integers = tuple(dict.fromkeys((*BASE_INTEGER_FIELDS, *integer_fields)))
-    return CollectionSpec(name=name, keyword_fields=keywords, integer_fields=integers, bool_fields=tuple(bool_fields))
+    return CollectionSpec(
+        name=name, text_field="terms" if text_index else None, keyword_fields=keywords, integer_fields=integers, bool_fields=tuple(bool_fields)
+    )
 
 
 def content_hash(embed_text: str, embed_model: str | None, embed_name: str = "") -> str:
@@ -175,7 +190,7 @@ class RecordIndex(Collection):
     def __init__(self, engine: Engine, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False) -> None:
         super().__init__(engine, spec)
         self.surface = surface
-        self.analyzed_fields = (spec.text_field, *analyzed_fields)
+        self.analyzed_fields = (*([spec.text_field] if spec.text_field else []), *analyzed_fields)
         """Payload fields holding analyzer output (a string of terms or a list of terms)."""
         self.bulk = bulk
         """Its embed jobs go to the bulk queue: bulk warming must not delay interactive writes' embedding."""

@@ -10,7 +10,8 @@ Expressed in Qdrant's own terms so that one interface fits both adapters:
 Point ids are strings holding a UUID (see ``point_id``). Every collection has:
 
 - a keyword payload index on ``CollectionSpec.tenant_field`` with ``is_tenant=true``;
-- a full-text index with BM25 scoring on ``CollectionSpec.text_field`` (``terms``), filled with the
+- a full-text index with BM25 scoring on ``CollectionSpec.text_field`` (``terms``; None: none, for a
+  collection whose lexical search lives elsewhere, and a text query on it is a ``StoreError``), filled with the
   analyzer's output (lowercase alphanumeric words joined by spaces, so that every backend tokenizes
   it the same way with the default ``word``/whitespace tokenizer);
 - keyword indexes on ``CollectionSpec.keyword_fields``, integer ones on ``integer_fields``;
@@ -35,11 +36,12 @@ def point_id(collection: str, key: str) -> str:
 
 @dataclass(frozen=True)
 class CollectionSpec:
-    """What a collection holds besides its vectors: which payload fields are indexed and how."""
+    """What a collection holds besides its vectors: which payload fields are indexed and how. The
+    spec is the whole list: ``ensure_collection`` drops a payload index of a field it does not name."""
 
     name: str
     tenant_field: str = "tenant"
-    text_field: str = "terms"
+    text_field: str | None = "terms"
     keyword_fields: tuple[str, ...] = ()
     integer_fields: tuple[str, ...] = ()
     bool_fields: tuple[str, ...] = ()

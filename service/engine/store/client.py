@@ -64,7 +64,7 @@ class QdrantClientStore:
         self._write_consistency_factor = write_consistency_factor
         options = client.init_options
         self._local = options.get("location") == ":memory:" or options.get("path") is not None
-        self._text_fields: dict[str, str] = {}  # collection -> its BM25 text field
+        self._text_fields: dict[str, str | None] = {}  # collection -> its BM25 text field (None: it has none)
 
     @classmethod
     def connect(
@@ -115,9 +115,15 @@ class QdrantClientStore:
                     if exc.status_code != 409:  # 409: another process created it meanwhile
                         raise
             info = await self._client.get_collection(name)
-            for field_name, schema in self._payload_indexes(spec):
+            wanted = self._payload_indexes(spec)
+            for field_name, schema in wanted:
                 if field_name not in info.payload_schema:
                     await self._client.create_payload_index(name, field_name, field_schema=schema, wait=True)
+            if not self._local:
+                # An index the spec no longer names (a field the surface stopped filtering on) only costs memory.
+                for field_name in sorted(set(info.payload_schema) - {field for field, _ in wanted}):
+                    await self._client.delete_payload_index(name, field_name, wait=True)
+                    logger.info("qdrant payload index dropped", extra={"collection": name, "field": field_name})
         existing = vector_sizes(info)
         for vector in vectors:
             await self._add_vector(name, vector, existing)
@@ -311,7 +317,7 @@ class QdrantClientStore:
     # ---- internals -------------------------------------------------------------------------
 
     def _payload_indexes(self, spec: CollectionSpec) -> list[tuple[str, Any]]:
-        indexes: list[tuple[str, Any]] = [(spec.text_field, _TEXT_INDEX)]
+        indexes: list[tuple[str, Any]] = [] if spec.text_field is None else [(spec.text_field, _TEXT_INDEX)]
         if self._local:
             return indexes  # local mode warns on, and ignores, every other index
         indexes.append(
@@ -348,8 +354,10 @@ class QdrantClientStore:
 
     async def _text_field(self, collection: str) -> str:
         """The BM25 field: known from ensure_collection, else found in the server's payload schema."""
-        known = self._text_fields.get(collection)
-        if known is not None:
+        if collection in self._text_fields:
+            known = self._text_fields[collection]
+            if known is None:
+                raise StoreError(f"collection {collection!r} has no text index: its records are searched lexically elsewhere")
             return known
         with _errors("read the collection", collection):
             info = await self._client.get_collection(collection)

@@ -130,10 +130,15 @@ class EdgeStore:
         async with coll.write_lock:
             with coll.errors("read the payload indexes"):
                 existing = set(coll.shard.info().payload_schema)
-            for field_name, params in payload_indexes(spec):
+            wanted = payload_indexes(spec)
+            for field_name, params in wanted:
                 if field_name not in existing:
                     op = qe.UpdateOperation.create_field_index(field_name, params)
                     coll.update(f"create the payload index of {field_name!r}", op, 1)
+            # An index the spec no longer names (a field the surface stopped filtering on) only costs memory.
+            for field_name in sorted(existing - {name for name, _ in wanted}):
+                coll.update(f"drop the payload index of {field_name!r}", qe.UpdateOperation.delete_field_index(field_name), 1)
+                logger.info("edge payload index dropped", extra={"collection": spec.name, "field": field_name})
             for vector in vectors:
                 coll.add_vector(vector)
             if coll.spec != spec:
@@ -263,7 +268,7 @@ class EdgeStore:
         if not query_terms.split():
             return []
         coll = self._collection(collection)
-        query = qe.TextQuery(coll.spec.text_field, query_terms)
+        query = qe.TextQuery(_text_field(coll), query_terms)
         request = qe.QueryRequest(limit=limit, query=query, filter=optional_filter(filter), with_payload=True)
         return self._query(collection, "search text", request)
 
@@ -288,7 +293,7 @@ class EdgeStore:
             )
         ]
         if query_terms.split():
-            text_query = qe.TextQuery(coll.spec.text_field, query_terms)
+            text_query = qe.TextQuery(_text_field(coll), query_terms)
             prefetches.append(qe.Prefetch(limit=prefetch_limit, query=text_query, filter=where))
         request = qe.QueryRequest(
             limit=limit,
@@ -584,7 +589,7 @@ class EdgeStore:
                 nearest = qe.Query.Nearest(floats(query.vector), using=query.vector_name)
                 requests.append(qe.QueryRequest(limit=query.limit, query=nearest, filter=optional_filter(query.filter), with_payload=_selected(query.fields)))
             elif query.query_terms.split():
-                text = qe.TextQuery(coll.spec.text_field, query.query_terms)
+                text = qe.TextQuery(_text_field(coll), query.query_terms)
                 requests.append(qe.QueryRequest(limit=query.limit, query=text, filter=optional_filter(query.filter), with_payload=_selected(query.fields)))
         answered: list[list[qe.ScoredPoint]] = []
         if requests:
@@ -597,6 +602,13 @@ class EdgeStore:
             else []
             for query in queries
         ]
+
+def _text_field(coll: EdgeCollection) -> str:
+    """The collection's BM25 field; a collection made without one refuses text queries."""
+    if coll.spec.text_field is None:
+        raise StoreError(f"collection {coll.spec.name!r} has no text index: its records are searched lexically elsewhere")
+    return coll.spec.text_field
+
 
 def _selected(fields: tuple[str, ...] | None) -> bool | list[str]:
     """A query's ``with_payload``: every field, or only those named."""

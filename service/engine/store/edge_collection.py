@@ -265,12 +265,11 @@ def create_collection(
 
 def payload_indexes(spec: CollectionSpec) -> list[tuple[str, Any]]:
     """The payload indexes the collection's shard should have: (field, index parameters)."""
-    indexes: list[tuple[str, Any]] = [
-        (spec.tenant_field, qe.KeywordIndexParams(is_tenant=True)),
+    indexes: list[tuple[str, Any]] = [(spec.tenant_field, qe.KeywordIndexParams(is_tenant=True))]
+    if spec.text_field is not None:
         # Word splits on non-alphanumerics like qdrant-client local mode's default tokenizer and a
         # server's `word`; on analyzer output (words joined by spaces) it equals Whitespace.
-        (spec.text_field, qe.TextIndexParams(tokenizer=qe.TokenizerType.Word, lowercase=True, scoring=True)),
-    ]
+        indexes.append((spec.text_field, qe.TextIndexParams(tokenizer=qe.TokenizerType.Word, lowercase=True, scoring=True)))
     indexes += [(name, qe.KeywordIndexParams()) for name in spec.keyword_fields]
     indexes += [(name, qe.IntegerIndexParams(lookup=True, range=True)) for name in spec.integer_fields]
     indexes += [(name, qe.BoolIndexParams()) for name in spec.bool_fields]
@@ -310,7 +309,7 @@ def _spec_from_json(data: Mapping[str, Any]) -> CollectionSpec:
     return CollectionSpec(
         name=str(data["name"]),
         tenant_field=str(data["tenant_field"]),
-        text_field=str(data["text_field"]),
+        text_field=None if data["text_field"] is None else str(data["text_field"]),
         keyword_fields=tuple(data["keyword_fields"]),
         integer_fields=tuple(data["integer_fields"]),
         bool_fields=tuple(data["bool_fields"]),

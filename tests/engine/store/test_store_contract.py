@@ -121,6 +121,22 @@ async def test_ensure_collection_is_idempotent_and_keeps_data(store: Store, coll
         await store.ensure_collection(spec_for(collection), [VectorSpec("dense", DIM + 1)])
 
 
+async def test_a_collection_without_a_text_index_refuses_text_queries_and_serves_the_rest(store: Store, collection: str) -> None:
+    spec = CollectionSpec(collection, text_field=None, keyword_fields=("kind",))
+    await store.ensure_collection(spec, [DENSE])
+    await store.upsert(collection, [rec(collection, "a", "t1", "alpha", axis(0), kind="x"), rec(collection, "b", "t1", "beta", axis(1), kind="y")])
+    for text_call in (
+        store.search_text(collection, "alpha"),
+        store.search_batch(collection, [TextQuery("alpha")]),
+        store.search_hybrid(collection, "dense", axis(0), "alpha"),
+    ):
+        with pytest.raises(StoreError, match="no text index"):
+            await text_call
+    assert keys(await store.search_dense(collection, "dense", axis(1), Filter(must=(Match("kind", "y"),)))) == ["b"]
+    await store.ensure_collection(spec, [DENSE])  # idempotent
+    assert await store.count(collection) == 2
+
+
 async def test_upsert_then_retrieve_round_trips_payload_and_vectors(store: Store, collection: str) -> None:
     point = rec(collection, "a", "t1", "alpha beta", unit(1, 2, 3), kind="tool", stars=5, deprecated=True, tags=["x"])
     await ready(store, collection, [point])
@@ -532,6 +548,37 @@ _LOCK_HOLDER = textwrap.dedent(
     asyncio.run(main())
     """
 )
+
+
+async def test_edge_drops_the_payload_indexes_a_spec_no_longer_names(tmp_path: Path) -> None:
+    """A surface that stops filtering on a field (or stops searching its text in the store) gets
+    the index's memory back at the next start: the spec is the whole list. The points keep the field,
+    and a filter on it still answers (unindexed)."""
+    root = tmp_path / "index"
+    store = EdgeStore(root)
+    await store.ensure_collection(spec_for("catalog"), [DENSE])
+    await store.upsert("catalog", [rec("catalog", f"k{i}", "t1", f"alpha w{i}", axis(i % DIM), kind="tool" if i % 2 else "doc") for i in range(10)])
+    await store.close()
+
+    narrower = CollectionSpec("catalog", text_field=None, integer_fields=("stars",))
+    reopened = EdgeStore(root)
+    try:
+        await reopened.ensure_collection(narrower, [DENSE])
+        schema = set(reopened._collection("catalog").shard.info().payload_schema)
+        assert "kind" not in schema and "terms" not in schema and {"tenant", "stars"} <= schema
+        tools, _ = await reopened.scroll("catalog", Filter(must=(Match("kind", "tool"),)))
+        assert sorted(keys(tools)) == [f"k{i}" for i in (1, 3, 5, 7, 9)]
+        with pytest.raises(StoreError, match="no text index"):
+            await reopened.search_text("catalog", "alpha")
+    finally:
+        await reopened.close()
+    again = EdgeStore(root)  # the sidecar keeps the narrower spec
+    try:
+        with pytest.raises(StoreError, match="no text index"):
+            await again.search_text("catalog", "alpha")
+        assert await again.count("catalog") == 10
+    finally:
+        await again.close()
 
 
 async def test_edge_second_opener_is_refused_before_touching_the_shard(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from service.code.cache import CachedChunk
 from service.code.matchers import MatcherPool, MatchRun, default_pool
 from service.code.scope import Scope
 from service.code.state import WorkspaceRuntime
-from service.code.trigram import RankedChunk, Within
+from service.code.trigram import COUNTED_TERMS, RankedChunk, Within
 from service.engine.analyzer import analyze, query_terms
 
 LITERAL_CANDIDATES = 2_000
@@ -116,8 +116,8 @@ def lexical_ranking(ranked: Sequence[RankedChunk], runtime: WorkspaceRuntime, sc
     inflating it: the candidates are put in ranking order from their places alone and read in that
     order until ``depth`` of them hold the literal (a later one could only rank below those)."""
     bm25 = {hit.key: hit.score for hit in ranked}
-    wanted = len(query.term_set)
-    coverage = {hit.key: hit.terms_held / wanted if wanted else 0.0 for hit in ranked}
+    counted = min(len(query.term_set), COUNTED_TERMS)
+    coverage = {hit.key: hit.terms_held / counted if counted else 0.0 for hit in ranked}
     needle = query.literal.lower()
     names = frozenset(_WORD.findall(query.literal))
     found: list[ChunkHit] = []

@@ -16,7 +16,7 @@ from service.code.lexical import run_matcher
 from service.code.pattern import regex_compile
 from service.code.prefilter import AllOf, AnyOf, Requirement, line_requirement, required_literals
 from service.code.rematch import line_matches
-from service.code.trigram import IndexLocked, TrigramIndex, Within, trigrams
+from service.code.trigram import COUNTED_TERMS, IndexLocked, TrigramIndex, Within, trigrams
 from service.engine.analyzer import terms_text
 
 DOCS = {
@@ -152,6 +152,12 @@ def test_bm25_counts_the_distinct_query_terms_each_hit_holds(ranked_index: Trigr
     held = {hit.key: hit.terms_held for hit in ranked_index.ranked(["refund", "customer", "refund", "order"], 10)}
     assert held == {"r#1": 3, "r#2": 2, "r#3": 2, "r#4": 1}
     assert {hit.key: hit.terms_held for hit in ranked_index.ranked(["tax"], 10)} == {"r#5": 1}
+
+
+def test_a_long_query_counts_the_terms_held_among_its_first_terms_and_ranks_by_all(ranked_index: TrigramIndex) -> None:
+    absent = [f"absent{n}" for n in range(COUNTED_TERMS - 1)]
+    found = ranked_index.ranked(["refund", *absent, "tax"], 10)  # "tax" is past the counted terms
+    assert {hit.key: hit.terms_held for hit in found} == {"r#1": 1, "r#3": 1, "r#4": 1, "r#5": 0}, "r#5 ranks by 'tax' alone"
 
 
 def test_bm25_stays_within_a_directory_a_file_or_a_set_of_files(ranked_index: TrigramIndex) -> None:

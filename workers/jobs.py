@@ -8,13 +8,13 @@ from typing import Any
 
 from arq import Retry
 
-from service.engine.refresh import embed_records, sweep
+from service.engine.refresh import embed_job, sweep
 from service.engine.reindex import ReindexNotFinished, reindex
 from service.engine.reindex_progress import ProgressPublisher
 from service.engine.runtime import Engine
 from service.engine.store import StoreError
 from service.engine.surface import JobDef
-from service.errors import EmbeddingsDisabled, EmbeddingUnavailable
+from service.errors import EmbeddingUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -33,17 +33,10 @@ def _backoff_s(ctx: dict[str, Any]) -> int:
 
 
 async def embed_records_job(ctx: dict[str, Any], collection: str, items: list[list[str]]) -> dict[str, int]:
-    """Embed the records (key, content hash) of ``collection`` whose hash is still current."""
-    try:
-        outcome = await embed_records(_engine(ctx), collection, [(key, content_hash) for key, content_hash in items])
-    except EmbeddingsDisabled:
-        # Embeddings are off: the records stay pending (lexical search serves them) until a
-        # model is configured and `agentsearch reindex` or the sweeper queues them again.
-        return {"embedded": 0, "disabled": len(items)}
-    except (EmbeddingUnavailable, StoreError) as exc:
-        log.warning("embed job will retry", extra={"collection": collection, "error": str(exc), "try": ctx.get("job_try")})
-        raise Retry(defer=_backoff_s(ctx)) from exc
-    return outcome.as_dict()
+    """Embed the records (key, content hash) of ``collection`` whose hash is still current. With
+    embeddings off they stay pending (lexical search serves them) until a model is configured and
+    `agentsearch reindex` or the sweeper queues them again."""
+    return await embed_job(_engine(ctx), collection, items, int(ctx.get("job_try", 1)))
 
 
 async def sweep_job(ctx: dict[str, Any]) -> dict[str, int]:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EMBED_JOB = "embed_records"
-WORKSPACE_JOBS = frozenset({"warm_workspace", "index_workspace"})
+WORKSPACE_JOBS = frozenset({"warm_workspace", "index_workspace", "embed_chunks"})
 SWEEP_JOBS = frozenset({"sweep", "sweep_cron"})
 KEYS_LOOKED_UP = 32
 CACHE_SIZE = 4096

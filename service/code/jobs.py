@@ -1,6 +1,7 @@
-"""The code surface's arq jobs (fast queue): build a workspace's index, and warm it.
+"""The code surface's arq jobs: build a workspace's index and warm it (fast queue), and embed its
+chunks (bulk queue).
 
-Both are node-local (``node_local``): on several workspace nodes they go to the queue of the node
+All three are node-local (``node_local``): on several workspace nodes they go to the queue of the node
 that holds the workspace's files. Both are resumable: a revalidation commits batch by batch, so a job whose time runs out asks arq
 to run it again (``Retry``) and the next try continues with the files not yet indexed.
 """
@@ -15,6 +16,7 @@ from arq import Retry
 
 from service.code.semantic import IndexNotComplete, index_workspace, warm
 from service.engine.queue import node_local
+from service.engine.refresh import embed_job
 from service.engine.runtime import Engine
 from service.engine.store import StoreError
 from service.errors import WorkspaceBroken, WorkspaceMissing
@@ -45,6 +47,13 @@ async def index_workspace_job(ctx: dict[str, Any], workspace_id: str) -> dict[st
         raise _retry(ctx, workspace_id, exc) from exc
     except (WorkspaceMissing, WorkspaceBroken) as exc:
         return _unusable(workspace_id, exc)
+
+
+@node_local
+async def embed_chunks_job(ctx: dict[str, Any], workspace_id: str, collection: str, items: list[list[str]]) -> dict[str, int]:
+    """Embed chunks (key, content hash) of the workspace, reading their texts from its cache
+    (``texts.py``): it runs on the node that holds the workspace."""
+    return await embed_job(ctx["engine"], collection, items, int(ctx.get("job_try", 1)))
 
 
 @node_local

@@ -7,11 +7,12 @@ moves its ``start_line`` but keeps its key, so ``RecordIndex``-style diffing kee
 only chunks whose text is new are embedded. A renamed file's chunks get new keys (the path is
 part of the key, as chunk hashes cover text only) and are embedded again.
 
-Payload fields besides the record ones (``tenant``, ``kind``, ``key``, ``embed_text``,
-``content_hash``, ``embed_state``, ...): ``workspace``, ``path``, ``dirs`` (every ancestor
-directory, so a directory scope is one keyword match), ``start_line``, ``end_line``,
-``chunk_kind``, ``symbol``. ``terms`` is empty: a chunk's BM25 terms are in its workspace's
-lexical index (``trigram.py``), which ranked lexical search reads instead of the store.
+Payload fields besides the record ones (``tenant``, ``kind``, ``key``, ``content_hash``,
+``embed_state``, ...): ``workspace``, ``path``, ``dirs`` (every ancestor directory, so a directory
+scope is one keyword match), ``start_line``, ``end_line``, ``chunk_kind``, ``symbol``. A point holds
+no text: ``terms`` is empty (a chunk's BM25 terms are in its workspace's lexical index,
+``trigram.py``) and there is no ``embed_text`` (embedding reads the chunk from the workspace's
+cache, ``texts.py``).
 
 Embed states: ``pending`` and ``done`` as everywhere, plus ``cold``: written and searchable
 lexically, but not queued for embedding (the sweeper only re-enqueues ``pending``). A workspace

@@ -24,7 +24,7 @@ from service.code.workspace import Workspace
 from service.engine.embeddings import Embedder
 from service.engine.records import DONE, PENDING
 from service.engine.store import DenseQuery, Filter, Match, StoreError, VectorSpec
-from service.engine.views import Document, document, embed_views
+from service.engine.views import Document, embed_views
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -78,8 +78,10 @@ async def cold_chunks(workspaces: Workspaces, flt: Filter, state: ScopeState) ->
 async def embed_scope(engine: Engine, embedder: Embedder, flt: Filter, limit: int, progress: Callable[[int], object] | None = None) -> int:
     """Embed every chunk under ``flt`` that has no current vector (at most ``limit``); returns how many."""
     not_done = Filter(must=flt.must, should=flt.should, must_not=(*flt.must_not, Match("embed_state", DONE)))
-    page, _ = await engine.records(SURFACE_NAME).scroll(not_done, limit=limit)
-    items = [(str(p.payload["key"]), str(p.payload["content_hash"]), document(p.payload)) for p in page]
+    records = engine.records(SURFACE_NAME)
+    page, _ = await records.scroll(not_done, limit=limit)
+    documents = await records.documents({str(p.payload["key"]): p.payload for p in page})
+    items = [(str(p.payload["key"]), str(p.payload["content_hash"]), documents[str(p.payload["key"])]) for p in page if str(p.payload["key"]) in documents]
     # Batches of similar length pad less: the model's cost follows the longest text of a batch.
     items.sort(key=lambda item: len(item[2].text))
     embedded = 0

@@ -60,9 +60,11 @@ from service.engine.store import Filter, Match
 from service.errors import NotFound, WorkspaceBroken, WorkspaceMissing
 from service.routing import node_for_workspace
 
-# The cache's note that the store's points of the workspace hold no BM25 terms (older releases wrote them there).
-STORE_TERMS, STORE_TERMS_NONE = "store_terms", "none"
-_TERMS_PAGE = 512
+# The cache's note that the store's points of the workspace hold no texts (older releases wrote
+# each chunk's embedded text and BM25 terms there).
+STORE_TEXTS, STORE_TEXTS_NONE = "store_texts", "none"
+_STORE_TEXT_FIELDS = ("terms", "embed_text", "embed_name")
+_TEXTS_PAGE = 512
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -413,7 +415,7 @@ class Workspaces:
     async def _heal(self, runtime: WorkspaceRuntime) -> None:
         """Re-derive what a crash, a wiped directory or an older record format left apart from the cache."""
         await self._upgrade_records(runtime)
-        await self._drop_store_terms(runtime)
+        await self._drop_store_texts(runtime)
         cached = runtime.cache.chunk_count()
         if cached and not await self.records.count(workspace_filter(runtime.workspace)):
             log.warning("store lost the workspace's chunks; reindexing", extra={"workspace": runtime.workspace.id})
@@ -444,25 +446,25 @@ class Workspaces:
             runtime.cache.clear()
         runtime.cache.set_meta("record_format", RECORD_FORMAT)
 
-    async def _drop_store_terms(self, runtime: WorkspaceRuntime) -> None:
-        """A workspace indexed before its chunks' BM25 terms moved to its lexical index still has
-        them in the store's points (and the store's text index): emptied once, vectors kept."""
-        if runtime.cache.get_meta(STORE_TERMS) == STORE_TERMS_NONE:
+    async def _drop_store_texts(self, runtime: WorkspaceRuntime) -> None:
+        """A workspace indexed before its chunks' texts and BM25 terms left the store (for the
+        cache and the lexical index) still has them in its points: emptied once, vectors kept."""
+        if runtime.cache.get_meta(STORE_TEXTS) == STORE_TEXTS_NONE:
             return
         keys: list[str] = []
         emptied = 0
         async for point in self.records.scroll_all(workspace_filter(runtime.workspace)):
-            if point.payload.get("terms"):
+            if any(point.payload.get(name) for name in _STORE_TEXT_FIELDS):
                 keys.append(str(point.payload["key"]))
-            if len(keys) >= _TERMS_PAGE:
-                await self.records.set_payload(keys, {"terms": ""})
+            if len(keys) >= _TEXTS_PAGE:
+                await self.records.set_payload(keys, dict.fromkeys(_STORE_TEXT_FIELDS, ""))
                 emptied, keys = emptied + len(keys), []
         if keys:
-            await self.records.set_payload(keys, {"terms": ""})
+            await self.records.set_payload(keys, dict.fromkeys(_STORE_TEXT_FIELDS, ""))
             emptied += len(keys)
         if emptied:
-            log.warning("moved the workspace's BM25 terms out of the store", extra={"workspace": runtime.workspace.id, "chunks": emptied})
-        runtime.cache.set_meta(STORE_TERMS, STORE_TERMS_NONE)
+            log.warning("moved the workspace's chunk texts and BM25 terms out of the store", extra={"workspace": runtime.workspace.id, "chunks": emptied})
+        runtime.cache.set_meta(STORE_TEXTS, STORE_TEXTS_NONE)
 
     def close(self) -> None:
         self.residency.close()

@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from service.code.cli import add_cli
-from service.code.jobs import index_workspace_job, warm_workspace_job
+from service.code.jobs import embed_chunks_job, index_workspace_job, warm_workspace_job
 from service.code.model import COLLECTION, SPEC, SURFACE_NAME
 from service.code.roots import mark_no_index
 from service.code.routes import routes
 from service.code.search import SEARCH
 from service.code.semantic import INDEX_JOB, WARM_JOB
 from service.code.state import open_workspaces, workspaces_of
+from service.code.texts import CHUNK_TEXTS, EMBED_JOB
 from service.engine.store import VectorSpec
 from service.engine.surface import JobDef, SurfaceDef
 from service.errors import EmbeddingUnavailable
@@ -49,8 +50,13 @@ SURFACE = SurfaceDef(
     on_open=on_open,
     on_close=on_close,
     add_cli=add_cli,
-    jobs={INDEX_JOB: JobDef(index_workspace_job, fast=True), WARM_JOB: JobDef(warm_workspace_job, fast=True)},
+    jobs={
+        INDEX_JOB: JobDef(index_workspace_job, fast=True),
+        WARM_JOB: JobDef(warm_workspace_job, fast=True),
+        EMBED_JOB: JobDef(embed_chunks_job, fast=False),
+    },
     bulk_embedding=True,
+    record_texts=CHUNK_TEXTS,
     search=SEARCH,
 )
 

@@ -162,8 +162,12 @@ class JobQueue:
             log.warning("enqueue failed; the sweeper will repair it", extra={"function": function, "job_id": job_id, "error": str(exc)})
             return None
 
-    async def enqueue_embed(self, surface: str, collection: str, items: Sequence[tuple[str, str]], *, bulk: bool = False) -> Job | None:
-        """Queue embedding of ``items`` (record key, content hash) of ``collection`` (``bulk``: on the bulk queue)."""
+    async def enqueue_embed(
+        self, surface: str, collection: str, items: Sequence[tuple[str, str]], *, bulk: bool = False, job: str = "embed_records", owner: str | None = None
+    ) -> Job | None:
+        """Queue embedding of ``items`` (record key, content hash) of ``collection`` (``bulk``: on the
+        bulk queue). ``owner``: the records' texts live with this workspace; ``job`` is the node-local
+        job that embeds them there, taking (owner, collection, items)."""
         if not items:
             return None
         job_id = batch_job_id(self.names.prefix, surface, items)
@@ -175,4 +179,7 @@ class JobQueue:
         except (RedisError, OSError) as exc:
             log.warning("enqueue failed; the sweeper will repair it", extra={"function": "embed_records", "job_id": job_id, "error": str(exc)})
             return None
-        return await self.enqueue("embed_records", collection, [list(item) for item in items], job_id=job_id, bulk=bulk)
+        rows = [list(item) for item in items]
+        if owner is not None:
+            return await self.enqueue(job, owner, collection, rows, job_id=job_id, bulk=bulk)
+        return await self.enqueue(job, collection, rows, job_id=job_id, bulk=bulk)

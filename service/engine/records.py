@@ -20,10 +20,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from service.engine.analyzer import ANALYZER_VERSION
 from service.engine.store import CollectionSpec, Filter, Hit, Match, MatchAny, PointRecord, Query, point_id
+from service.engine.views import Document, document
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -71,6 +72,23 @@ def content_hash(embed_text: str, embed_model: str | None, embed_name: str = "")
 def payload_hash(payload: Mapping[str, Any]) -> str:
     """The content hash a stored record's payload calls for (``content_hash`` of its embed fields)."""
     return content_hash(str(payload.get("embed_text", "")), payload.get("embed_model") or None, str(payload.get("embed_name") or ""))
+
+
+class RecordTexts(Protocol):
+    """Where a surface keeps what its records embed, when the store's points do not hold it (code:
+    each workspace's chunk cache, on the node that holds the workspace). Such a collection's points
+    carry no ``embed_text``/``embed_name``; embedding reads the texts here, in a job that runs
+    where they are: ``job`` is a node-local job taking (owner, collection, items)."""
+
+    job: str
+
+    def owner(self, key: str) -> str:
+        """The workspace a record belongs to (the node-local job's first argument)."""
+        ...
+
+    async def documents(self, engine: Engine, items: Sequence[tuple[str, str]]) -> dict[str, Document]:
+        """The document of each (key, content hash) whose text is here and still has that hash."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -187,9 +205,13 @@ class Collection:
 class RecordIndex(Collection):
     """The records of one surface collection: written first (searchable lexically at once), embedded after."""
 
-    def __init__(self, engine: Engine, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False) -> None:
+    def __init__(
+        self, engine: Engine, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False, texts: RecordTexts | None = None
+    ) -> None:
         super().__init__(engine, spec)
         self.surface = surface
+        self.texts = texts
+        """Where the records' texts are kept when the store's points do not hold them (None: in the points)."""
         self.analyzed_fields = (*([spec.text_field] if spec.text_field else []), *analyzed_fields)
         """Payload fields holding analyzer output (a string of terms or a list of terms)."""
         self.bulk = bulk
@@ -225,7 +247,7 @@ class RecordIndex(Collection):
         changed: list[tuple[str, str]] = []
         for pid, record in zip(ids, records, strict=True):
             old = existing.get(pid)
-            payload = self._payload(record, old.payload if old else None, hold_as)
+            payload = self._payload(record, old.payload if old else None, hold_as, keep_text=self.texts is None)
             if old is None:
                 fresh.append(PointRecord(id=pid, payload=payload))
             else:
@@ -241,7 +263,7 @@ class RecordIndex(Collection):
         return changed
 
     @staticmethod
-    def _payload(record: IndexRecord, old: Mapping[str, Any] | None, hold_as: str | None = None) -> dict[str, Any]:
+    def _payload(record: IndexRecord, old: Mapping[str, Any] | None, hold_as: str | None = None, *, keep_text: bool = True) -> dict[str, Any]:
         new_hash = record.content_hash
         embedded_hash = (old or {}).get("embedded_hash")
         payload = dict(record.payload)
@@ -251,7 +273,6 @@ class RecordIndex(Collection):
             key=record.key,
             terms=record.terms,
             analyzer=ANALYZER_VERSION,
-            embed_text=record.embed_text,
             content_hash=new_hash,
             embed_state=DONE if embedded_hash == new_hash else hold_as or PENDING,
         )
@@ -261,8 +282,10 @@ class RecordIndex(Collection):
             payload["pending_since"] = old["pending_since"] if unchanged and old else int(time.time())
         if record.embed_model:
             payload["embed_model"] = record.embed_model
-        if record.embed_name:
-            payload["embed_name"] = record.embed_name
+        if keep_text:
+            payload["embed_text"] = record.embed_text
+            if record.embed_name:
+                payload["embed_name"] = record.embed_name
         if embedded_hash:
             payload["embedded_hash"] = embedded_hash
         for name in VECTOR_FIELDS:
@@ -271,13 +294,35 @@ class RecordIndex(Collection):
         return payload
 
     async def enqueue_embedding(self, items: Sequence[tuple[str, str]]) -> bool:
-        """Enqueue embed jobs in batches; False when any enqueue failed (the sweeper repairs it)."""
+        """Enqueue embed jobs in batches (records whose texts live with an owner: per owner, to the
+        node that holds it); False when any enqueue failed (the sweeper repairs it)."""
         ok = True
         size = self.engine.settings.embeddings_batch_size
-        for start in range(0, len(items), size):
-            job = await self.engine.queue.enqueue_embed(self.surface, self.collection, items[start : start + size], bulk=self.bulk)
-            ok = ok and job is not None
+        groups: dict[str | None, list[tuple[str, str]]] = {}
+        for item in items:
+            groups.setdefault(None if self.texts is None else self.texts.owner(item[0]), []).append(item)
+        for owner, group in groups.items():
+            for start in range(0, len(group), size):
+                batch = group[start : start + size]
+                if self.texts is None or owner is None:
+                    job = await self.engine.queue.enqueue_embed(self.surface, self.collection, batch, bulk=self.bulk)
+                else:
+                    job = await self.engine.queue.enqueue_embed(self.surface, self.collection, batch, bulk=self.bulk, job=self.texts.job, owner=owner)
+                ok = ok and job is not None
         return ok
+
+    async def documents(self, current: Mapping[str, Mapping[str, Any]]) -> dict[str, Document]:
+        """The document each record of ``current`` (key -> stored payload) embeds: from its payload,
+        or from where the surface keeps its texts (a record whose text is not there, or no longer
+        has the stored hash, is left out)."""
+        if self.texts is None:
+            return {key: document(payload) for key, payload in current.items()}
+        return await self.texts.documents(self.engine, [(key, str(payload.get("content_hash"))) for key, payload in current.items()])
+
+    def stored_hash(self, payload: Mapping[str, Any]) -> str:
+        """The content hash a stored record calls for: derived again from its payload's texts, or,
+        when the surface keeps the texts, the one stored (the surface writes the two together)."""
+        return payload_hash(payload) if self.texts is None else str(payload.get("content_hash"))
 
     async def counts(self, tenants: Sequence[str] | None = None) -> dict[str, int]:
         """``records``, ``embedded`` and ``pending`` counts, for ``tenants`` or everyone."""

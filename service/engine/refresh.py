@@ -13,10 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from arq import Retry
+
 from service.engine.records import DONE, PENDING, RecordIndex, can_embed
 from service.engine.runtime import Engine
 from service.engine.store import Filter, Match, Range, StoreError, VectorSpec
-from service.engine.views import Document, document, embed_views
+from service.engine.views import Document, embed_views
+from service.errors import EmbeddingsDisabled, EmbeddingUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +59,10 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
         embedder = engine.embedders.get(model, dimensions)
         # Already embedded from this very text into this model's vector (a duplicate job, or a
         # sweeper batch): nothing to do. A vector of another model (the default changed) is redone.
-        rows = [
-            (key, expected, document(payload))
-            for key, expected, payload in candidates
-            if not is_embedded(payload, expected, embedder.vector_name if embedder.dimensions else None)
-        ]
+        todo = {key: payload for key, _, payload in candidates if not is_embedded(payload, wanted[key], embedder.vector_name if embedder.dimensions else None)}
+        documents = await index.documents(todo) if todo else {}
+        missing += len(todo) - len(documents)  # a text the surface no longer has (its file changed since)
+        rows = [(key, wanted[key], documents[key]) for key in todo if key in documents]
         if not rows:
             continue
         vectors = await embed_views(embedder, [doc for _, _, doc in rows])
@@ -75,6 +77,20 @@ async def embed_records(engine: Engine, collection: str, items: Sequence[tuple[s
             await engine.ensure_vector(collection, vector)
             embedded += await _write_vectors(index, vector.name, rows, vectors)
     return EmbedOutcome(embedded=embedded, stale=stale, missing=missing)
+
+
+async def embed_job(engine: Engine, collection: str, items: Sequence[Sequence[str]], job_try: int) -> dict[str, int]:
+    """What an embed job runs: ``embed_records``, with embeddings off answered (the records stay
+    pending, searched lexically, until a model serves) and a model or store failure retried later
+    (arq ``Retry``, backing off with ``job_try``)."""
+    try:
+        outcome = await embed_records(engine, collection, [(str(key), str(content_hash)) for key, content_hash in items])
+    except EmbeddingsDisabled:
+        return {"embedded": 0, "disabled": len(items)}
+    except (EmbeddingUnavailable, StoreError) as exc:
+        log.warning("embed job will retry", extra={"collection": collection, "error": str(exc), "try": job_try})
+        raise Retry(defer=min(5 * 2 ** (job_try - 1), 120)) from exc
+    return outcome.as_dict()
 
 
 def _dimensions(payload: Mapping[str, Any]) -> int | None:
@@ -131,11 +147,9 @@ async def sweep(engine: Engine, *, max_records: int = 100_000, grace_s: float | 
             items.extend((str(p.payload["key"]), str(p.payload["content_hash"])) for p in page if can_embed(engine, p.payload.get("embed_model")))
             if offset is None:
                 break
-        size = engine.settings.embeddings_batch_size
-        for start in range(0, len(items), size):
-            await engine.queue.enqueue_embed(surface, index.collection, items[start : start + size], bulk=index.bulk)
+        await index.enqueue_embedding(items)
         enqueued[surface] = len(items)
     return enqueued
 
 
-__all__ = ["EmbedOutcome", "embed_records", "is_embedded", "sweep"]
+__all__ = ["EmbedOutcome", "embed_job", "embed_records", "is_embedded", "sweep"]

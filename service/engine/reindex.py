@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from service.engine.analyzer import ANALYZER_VERSION, upgrade_terms
 from service.engine.embeddings import Embedder, ModelRef
-from service.engine.records import DONE, PENDING, RecordIndex, payload_hash
+from service.engine.records import DONE, PENDING, RecordIndex
 from service.engine.reindex_progress import ProgressListener, ReindexProgress
 from service.engine.serving import SERVING_KEY, SERVING_REFRESH_S, read_marker, refresh_serving, write_marker
 from service.engine.store import VectorSpec
-from service.engine.views import Document, document, embed_views
+from service.engine.views import Document, embed_views
 
 if TYPE_CHECKING:
     from service.engine.runtime import Engine
@@ -179,7 +179,7 @@ async def _repair(engine: Engine, index: RecordIndex, serving_vector: str | None
         for point in page:
             payload = point.payload
             seen += 1
-            expected = payload_hash(payload)
+            expected = index.stored_hash(payload)
             state = payload.get("embed_state")
             wanted = state
             if state in (DONE, PENDING):
@@ -272,7 +272,7 @@ async def _fill(
 
 async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedder, notify: ProgressListener, deadline: float | None) -> int:
     target_vector = embedder.vector_name
-    todo: list[tuple[str, str, Document]] = []
+    todo: list[tuple[str, str, Mapping[str, Any]]] = []
     total = 0
     async for page in _scroll_all(engine, index.collection):
         for point in page:
@@ -280,7 +280,7 @@ async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedde
             if _is_default(payload) and payload.get("embed_state") == DONE:
                 total += 1
                 if _needs_fill(payload, target_vector):
-                    todo.append((str(payload["key"]), str(payload["content_hash"]), document(payload)))
+                    todo.append((str(payload["key"]), str(payload["content_hash"]), payload))
     done = total - len(todo)
     notify(ReindexProgress("fill", index.collection, done, total))
     filled = 0
@@ -289,16 +289,30 @@ async def _fill_collection(engine: Engine, index: RecordIndex, embedder: Embedde
         if deadline is not None and time.monotonic() > deadline:
             raise ReindexNotFinished(f"filled {done} of {total} records of {index.collection}")
         batch = todo[start : start + batch_size]
-        filled += await _write_target(engine, index, embedder, batch, {"fill_vector": target_vector}, fill_hash=True)
+        # A text kept on another node is not filled here: the reconcile step sends it there.
+        rows, _elsewhere = await _with_documents(index, batch)
+        filled += await _write_target(engine, index, embedder, rows, {"fill_vector": target_vector}, fill_hash=True)
         done += len(batch)
         notify(ReindexProgress("fill", index.collection, done, total))
     return filled
+
+
+async def _with_documents(
+    index: RecordIndex, batch: Sequence[tuple[str, str, Mapping[str, Any]]]
+) -> tuple[list[tuple[str, str, Document]], list[tuple[str, str]]]:
+    """The rows of ``batch`` with their documents, and the (key, hash) of those whose text this
+    process cannot read (kept with a workspace on another node)."""
+    documents = await index.documents({key: payload for key, _, payload in batch})
+    rows = [(key, expected, documents[key]) for key, expected, _ in batch if key in documents]
+    return rows, [(key, expected) for key, expected, _ in batch if key not in documents]
 
 
 async def _write_target(
     engine: Engine, index: RecordIndex, embedder: Embedder, rows: Sequence[tuple[str, str, Document]], extra: Mapping[str, Any], *, fill_hash: bool
 ) -> int:
     """Embed rows (key, hash, document) with ``embedder`` and write its vector where the hash is still current."""
+    if not rows:
+        return 0
     vectors = await embed_views(embedder, [doc for _, _, doc in rows])
     latest = await index.get_many([key for key, _, _ in rows])
     written = 0
@@ -326,7 +340,7 @@ async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, not
     """Step 4: every embedded default record gets the new vector and names it in ``vector_name``."""
     target_vector = embedder.vector_name
     relabel: list[str] = []
-    todo: list[tuple[str, str, Document]] = []
+    todo: list[tuple[str, str, Mapping[str, Any]]] = []
     async for page in _scroll_all(engine, index.collection):
         for point in page:
             payload = point.payload
@@ -338,7 +352,7 @@ async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, not
                     relabel.append(point.id)
                     await engine.store.set_payload(index.collection, [point.id], {"vector_name": target_vector, "embedded_hash": current})
             elif payload.get("vector_name") != target_vector:
-                todo.append((str(payload["key"]), str(current), document(payload)))
+                todo.append((str(payload["key"]), str(current), payload))
     notify(ReindexProgress("reconcile", index.collection, 0, len(todo)))
     batch_size = engine.settings.embeddings_batch_size
     done = 0
@@ -346,7 +360,14 @@ async def _reconcile(engine: Engine, index: RecordIndex, embedder: Embedder, not
         if deadline is not None and time.monotonic() > deadline:
             raise ReindexNotFinished(f"reconciled {done} of {len(todo)} records of {index.collection}")
         batch = todo[start : start + batch_size]
-        done += await _write_target(engine, index, embedder, batch, {"fill_vector": target_vector, "vector_name": target_vector}, fill_hash=False)
+        rows, elsewhere = await _with_documents(index, batch)
+        done += await _write_target(engine, index, embedder, rows, {"fill_vector": target_vector, "vector_name": target_vector}, fill_hash=False)
+        if elsewhere:
+            # Their texts are on the node that holds them: pending, and embedded there with the
+            # model now serving (the sweeper sends them again if this enqueue is lost).
+            await engine.store.set_payload(index.collection, [index.point_id(key) for key, _ in elsewhere], {"embed_state": PENDING, "pending_since": int(time.time())})
+            await index.enqueue_embedding(elsewhere)
+            done += len(elsewhere)
         notify(ReindexProgress("reconcile", index.collection, done, len(todo)))
     return len(relabel) + done
 

@@ -19,7 +19,7 @@ from redis.asyncio import ConnectionPool
 
 from service.engine.embeddings import EmbedderRegistry
 from service.engine.queue import JobQueue, deserialize, serialize
-from service.engine.records import Collection, RecordIndex
+from service.engine.records import Collection, RecordIndex, RecordTexts
 from service.engine.serving import SERVING_REFRESH_S, refresh_serving
 from service.engine.store import CollectionSpec, Store, StoreError, VectorSpec
 from service.ratelimit import RateLimiter
@@ -55,15 +55,18 @@ class Engine:
     _vectors: set[tuple[str, str]] = field(default_factory=set)
     _serving_refresh: asyncio.Task[None] | None = None
 
-    async def register(self, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False) -> RecordIndex:
+    async def register(
+        self, surface: str, spec: CollectionSpec, analyzed_fields: Sequence[str] = (), *, bulk: bool = False, texts: RecordTexts | None = None
+    ) -> RecordIndex:
         """Create the surface's collection if missing and remember it (sweeper, index status);
-        ``bulk``: its records' embed jobs go to the bulk queue."""
+        ``bulk``: its records' embed jobs go to the bulk queue; ``texts``: where the surface keeps
+        its records' texts instead of the store's points."""
         await self.store.ensure_collection(spec)
         default = self.embedders.default
         if default is not None and default.dimensions:
             # Create the default model's vector up front so dense search works before the first embed.
             await self.ensure_vector(spec.name, VectorSpec(default.vector_name, default.dimensions))
-        index = RecordIndex(self, surface, spec, analyzed_fields, bulk=bulk)
+        index = RecordIndex(self, surface, spec, analyzed_fields, bulk=bulk, texts=texts)
         self.surfaces[surface] = index
         return index
 

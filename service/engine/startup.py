@@ -77,7 +77,7 @@ async def open_engine(settings: Settings, surfaces: Sequence[SurfaceDef], *, sto
 async def register_surfaces(engine: Engine, surfaces: Sequence[SurfaceDef]) -> None:
     """Create (or open) every surface's collection on ``engine`` and run its start-up hook."""
     for surface in surfaces:
-        await engine.register(surface.name, surface.spec, surface.analyzed_fields, bulk=surface.bulk_embedding)
+        await engine.register(surface.name, surface.spec, surface.analyzed_fields, bulk=surface.bulk_embedding, texts=surface.record_texts)
         engine.other_tenant_collections.extend(surface.tenant_collections)
         if surface.search is not None:
             engine.searches[surface.name] = surface.search

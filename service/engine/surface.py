@@ -28,6 +28,7 @@ from service.ratelimit import RateLimitExceeded, Surface
 
 if TYPE_CHECKING:
     from service.auth import Caller
+    from service.engine.records import RecordTexts
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,9 @@ class SurfaceDef:
     which no interactive write's embedding waits."""
     search: SurfaceSearch | None = None
     """Its search, run by ``run_search`` (a surface may have none)."""
+    record_texts: RecordTexts | None = None
+    """Where its records' texts are kept when the store's points do not hold them (code: the
+    workspaces' chunk caches); its ``job`` must be among ``jobs``, node-local."""
     tenant_collections: tuple[str, ...] = ()
     """Collections besides its own whose points carry a tenant in their key (re-keyed with it when
     old team keys are migrated, ``service.engine.teams``)."""

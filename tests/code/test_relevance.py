@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from service.code.cache import CachedChunk
 from service.code.chunker import MAX_UNIT_LINES, chunk_file
-from service.code.context import DOC_WEIGHT, NAME_WEIGHT, RECORD_FORMAT, chunk_terms, docstring
+from service.code.context import DOC_WEIGHT, NAME_WEIGHT, RECORD_FORMAT, chunk_terms, docstring, embed_text_of
 from service.code.ingest import chunk_record, lexical_documents
 from service.code.model import COLLECTION, SURFACE_NAME, workspace_filter
 from service.code.state import close_workspaces, workspaces_of
@@ -151,9 +151,12 @@ async def test_a_workspace_of_an_older_record_format_is_indexed_and_embedded_aga
         assert after["chunks"] == before["chunks"]
         fresh = await engine.store.retrieve(COLLECTION, [point.id for point in old], with_vectors=True)
         assert sorted(p.payload["key"] for p in fresh) == sorted(p.payload["key"] for p in old), "same chunks, same keys"
-        vectors = await embedder.embed_documents([str(p.payload["embed_text"]) for p in fresh])
-        for point, expected in zip(fresh, vectors, strict=True):
-            assert str(point.payload["embed_text"]).startswith("pkg handlers: roll over\ndef roll_over(handler):")
+        cached = (await workspaces_of(engine).runtime(registered)).cache.by_keys([str(p.payload["key"]) for p in fresh])
+        texts = [embed_text_of(c.path, c.symbol, c.text) for c in (cached[str(p.payload["key"])] for p in fresh)]
+        vectors = await embedder.embed_documents(texts)
+        for point, text, expected in zip(fresh, texts, vectors, strict=True):
+            assert text.startswith("pkg handlers: roll over\ndef roll_over(handler):")
+            assert not point.payload.get("embed_text"), "the old text is gone from the point; the cache holds the new one"
             assert point.payload["embed_state"] == DONE and point.payload["embedded_hash"] == point.payload["content_hash"]
             assert sum(a * b for a, b in zip(point.vectors[embedder.vector_name], expected, strict=True)) > 0.99, "embedded anew"
         found = await search(client, wid, query="rotate log files", mode="lexical")

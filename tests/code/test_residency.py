@@ -184,13 +184,13 @@ async def test_a_trigram_write_the_cache_never_got_is_put_back_on_open(module_se
     assert not any("rebuilding it" in message for message in messages), messages
 
 
-async def test_a_workspace_whose_store_points_still_hold_bm25_terms_has_them_emptied_on_open(module_settings: Settings, tree: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A workspace indexed by a release that kept each chunk's BM25 terms in its store point (the
-    state is made here as that release left it: terms written back into the points, the cache's
-    note removed): the next open empties them, keeps the answers, and does it only once."""
+async def test_a_workspace_whose_store_points_still_hold_texts_has_them_emptied_on_open(module_settings: Settings, tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A workspace indexed by a release that kept each chunk's embedded text and BM25 terms in its
+    store point (the state is made here as that release left it: both written back into the points,
+    the cache's note removed): the next open empties them, keeps the answers, and does it only once."""
     from service.code.cache import CACHE_FILE
     from service.code.model import workspace_filter
-    from service.code.state import STORE_TERMS
+    from service.code.state import STORE_TEXTS
 
     settings = variant(module_settings, "oldterms", embeddings_model=None, workspace_watch=False)
     async with running_app(settings) as client:
@@ -201,17 +201,17 @@ async def test_a_workspace_whose_store_points_still_hold_bm25_terms_has_them_emp
         assert workspace is not None
         records = workspaces_of(client.app[ENGINE]).records
         points = [point async for point in records.scroll_all(workspace_filter(workspace))]
-        assert points and not any(point.payload.get("terms") for point in points), "a chunk's point carries no terms"
-        await records.set_payload([str(point.payload["key"]) for point in points], {"terms": "hash password old terms"})
+        assert points and not any(point.payload.get("terms") or point.payload.get("embed_text") for point in points), "a chunk's point carries no text"
+        await records.set_payload([str(point.payload["key"]) for point in points], {"terms": "hash password old terms", "embed_text": "def hash_password(): ..."})
     with sqlite3.connect(workspace.cache_dir(settings) / CACHE_FILE) as db:
-        db.execute("DELETE FROM meta WHERE name = ?", (STORE_TERMS,))
+        db.execute("DELETE FROM meta WHERE name = ?", (STORE_TEXTS,))
     async with running_app(settings) as client:
         caplog.clear()
         assert answer_of(await search(client, wid, query="hash_password", mode="lexical")) == before
         records = workspaces_of(client.app[ENGINE]).records
         points = [point async for point in records.scroll_all(workspace_filter(workspace))]
-        assert points and not any(point.payload.get("terms") for point in points)
-        assert sum("BM25 terms out of the store" in r.getMessage() for r in caplog.records) == 1
+        assert points and not any(point.payload.get("terms") or point.payload.get("embed_text") for point in points)
+        assert sum("BM25 terms out of the store" in r.getMessage() for r in caplog.records) == 1, "emptied once"
     async with running_app(settings) as client:
         caplog.clear()
         assert answer_of(await search(client, wid, query="hash_password", mode="lexical")) == before

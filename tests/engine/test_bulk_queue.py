@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from service.code.texts import EMBED_JOB
 from service.settings import DEFAULT_MODEL, Settings
 from service.state import ENGINE
 from tests.callers import ADMIN, ALICE_PRO
@@ -44,5 +45,5 @@ async def test_a_catalog_write_is_embedded_while_the_code_warming_backlog_waits(
         overview = await (await client.get("/admin/api/overview", headers=ADMIN)).json()
         assert "bulk" in overview["queues"] and overview["queues"]["bulk"]["queued"] + overview["queues"]["bulk"]["in_progress"] > 0
         jobs = await (await client.get("/admin/api/jobs?queue=bulk&status=queued&limit=5", headers=ADMIN)).json()
-        assert jobs["jobs"] and {job["queue"] for job in jobs["jobs"]} == {"bulk"} and {job["function"] for job in jobs["jobs"]} == {"embed_records"}
+        assert jobs["jobs"] and {job["queue"] for job in jobs["jobs"]} == {"bulk"} and {job["function"] for job in jobs["jobs"]} == {EMBED_JOB}
 

@@ -1,5 +1,5 @@
 """Workspaces on several nodes: workspace jobs go to the queue of the node that holds the workspace
-(``service.routing``), only that node's ``agentsearch worker`` takes them, a process that is not one
+(``service.routing``), chunk embedding with them, only that node's ``agentsearch worker`` takes them, a process that is not one
 of the nodes runs no node worker, and one machine (no ``workspace_nodes``) keeps them on the shared
 fast queue."""
 
@@ -16,6 +16,7 @@ import pytest
 
 from service.code.semantic import INDEX_JOB, WARM_JOB, schedule_indexing
 from service.code.state import workspaces_of
+from service.code.texts import EMBED_JOB
 from service.code.workspace import SearchConfig, workspace_id
 from service.engine.runtime import Engine
 from service.engine.startup import open_engine
@@ -39,16 +40,19 @@ async def test_workspace_jobs_go_to_the_queue_of_the_node_holding_the_workspace(
     home = node_for_workspace(wid, NODES)
     engine = await open_engine(replace(settings, workspace_nodes=NODES, node_id=home), surfaces())
     try:
-        assert engine.queue.node_local_jobs == {INDEX_JOB, WARM_JOB}
+        assert engine.queue.node_local_jobs == {INDEX_JOB, WARM_JOB, EMBED_JOB}
         workspace, _ = await workspaces_of(engine).register(TENANT, root, SearchConfig())
         assert workspace.id == wid
         assert await schedule_indexing(engine, workspace, always=True)
         await engine.queue.enqueue_embed("catalog", "catalog", [("k", "h")])
         await engine.queue.enqueue("sweep", job_id=f"{settings.queue_prefix}:sweep:test", fast=True)
+        # A chunk's text is in its workspace's cache: its embedding runs on the workspace's node.
+        assert await engine.records("code").enqueue_embedding([(f"{wid}|src/a.py|h1", "c1"), (f"{wid}|src/b.py|h2", "c2")])
         names = engine.queue.names
-        assert await queued_functions(engine, names.node(home)) == [INDEX_JOB]
+        assert await queued_functions(engine, names.node(home)) == [INDEX_JOB, EMBED_JOB]
         assert await queued_functions(engine, names.fast) == ["sweep"]
         assert await queued_functions(engine, names.embed) == ["embed_records"]
+        assert await queued_functions(engine, names.bulk) == []
         for other in set(NODES) - {home}:
             assert await queued_functions(engine, names.node(other)) == []
     finally:
@@ -59,7 +63,9 @@ async def test_one_machine_keeps_workspace_jobs_on_the_fast_queue(engine: Engine
     root = write_tree(settings.allowed_roots[0] / "repo")
     workspace, _ = await workspaces_of(engine).register(TENANT, root, SearchConfig())
     assert await schedule_indexing(engine, workspace, always=True)
+    assert await engine.records("code").enqueue_embedding([(f"{workspace.id}|src/a.py|h1", "c1")])
     assert await queued_functions(engine, engine.queue.names.fast) == [INDEX_JOB]
+    assert await queued_functions(engine, engine.queue.names.bulk) == [EMBED_JOB], "chunk embedding stays on the bulk queue"
     assert not [key async for key in engine.redis.scan_iter(match=f"{settings.queue_prefix}:queue:node:*")]
 
 

@@ -32,6 +32,7 @@ from service.settings import Settings, env_name
 from service.surfaces import surfaces
 from tests.callers import TEST_SECRET, auth, token_for
 from tests.embedding_server import embeddings_app
+from tests.engine.model_server import ModelServer
 from tests.helpers import MODEL_ARTIFACTS, REDIS_URL, reindex_in_process, running_app, wait_until, with_settings
 
 __all__ = ["MODEL_ARTIFACTS", "REDIS_URL", "TEST_SECRET", "auth", "reindex_in_process", "running_app", "token_for", "wait_until", "with_settings"]
@@ -90,6 +91,14 @@ async def engine(settings: Settings) -> AsyncIterator[Engine]:
     opened = await open_engine(settings, surfaces())
     yield opened
     await opened.close()
+
+
+@pytest.fixture
+async def model_b() -> AsyncIterator[ModelServer]:
+    """The second embeddings model of the migration tests (``tests/engine/model_server.py``), started."""
+    server = await ModelServer().start()
+    yield server
+    await server.close()
 
 
 @pytest.fixture

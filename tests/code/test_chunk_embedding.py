@@ -4,10 +4,7 @@ that runs where the workspace is, and a default-model reindex fills chunk vector
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
-
-import pytest
+from collections.abc import Sequence
 
 from service.code.model import COLLECTION
 from service.code.semantic import index_workspace
@@ -21,27 +18,15 @@ from service.engine.reindex import reindex
 from service.engine.runtime import Engine
 from service.engine.startup import open_engine
 from service.engine.views import Document
-from service.settings import DEFAULT_MODEL, ProviderSettings, Settings
+from service.settings import DEFAULT_MODEL, Settings
 from service.surfaces import surfaces
 from tests.code.trees import write_tree
-from tests.engine.model_server import DIMENSIONS, ModelServer
+from tests.engine.model_server import DIMENSIONS, MODEL_B, ModelServer, settings_b
 from tests.queues import queued_functions
 
 TENANT = "user:alice"
-MODEL_B = "acme/embed-b"
 VECTOR_A = vector_name(DEFAULT_MODEL, 384)
 VECTOR_B = vector_name(MODEL_B, DIMENSIONS)
-
-
-@pytest.fixture
-async def model_b() -> AsyncIterator[ModelServer]:
-    server = await ModelServer().start()
-    yield server
-    await server.close()
-
-
-def with_model_b(settings: Settings, server: ModelServer) -> Settings:
-    return replace(settings, embeddings_model=MODEL_B, providers=(ProviderSettings(id="acme", base_url=server.base_url),))
 
 
 async def chunk_points(engine: Engine) -> list[tuple[str, dict[str, object], set[str]]]:
@@ -86,7 +71,7 @@ async def test_a_chunk_point_holds_no_text_and_its_vector_comes_from_the_cached_
 
 async def test_reindex_fills_chunk_vectors_from_the_cache_and_switches(settings: Settings, model_b: ModelServer) -> None:
     await index_and_embed_with_model_a(settings)
-    engine = await open_engine(with_model_b(settings, model_b), surfaces())
+    engine = await open_engine(settings_b(settings, model_b), surfaces())
     try:
         report = await reindex(engine)
         assert report.switched
@@ -115,11 +100,11 @@ class _HeldElsewhere:
 
 async def test_chunks_whose_texts_are_on_another_node_are_sent_there_after_the_switch(settings: Settings, model_b: ModelServer) -> None:
     wid = await index_and_embed_with_model_a(settings)
-    engine = await open_engine(with_model_b(settings, model_b), surfaces())
+    engine = await open_engine(settings_b(settings, model_b), surfaces())
     index = engine.records("code")
     real = index.texts
     try:
-        index.texts = _HeldElsewhere(real)  # type: ignore[assignment]
+        index.texts = _HeldElsewhere(real)
         report = await reindex(engine)
         assert report.switched
         points = await chunk_points(engine)

@@ -9,15 +9,23 @@ that a test can act while a fill is half done.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from service.settings import ProviderSettings, Settings
 from tests.embedding_server import DIMENSIONS, embedding_data
 
-__all__ = ["DIMENSIONS", "ModelServer"]
+__all__ = ["DIMENSIONS", "MODEL_B", "ModelServer", "settings_b"]
+
+MODEL_B = "acme/embed-b"  # the model this server is configured as
+
+
+def settings_b(settings: Settings, server: ModelServer) -> Settings:
+    """``settings`` with ``MODEL_B`` (served by ``server``) as the configured default model."""
+    return replace(settings, embeddings_model=MODEL_B, providers=(ProviderSettings(id="acme", base_url=server.base_url),))
 
 
 @dataclass

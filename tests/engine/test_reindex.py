@@ -12,7 +12,6 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,15 +28,14 @@ from service.engine.search import Mode, retrieve
 from service.engine.serving import META_COLLECTION, SERVING_KEY, read_marker
 from service.engine.startup import open_engine
 from service.engine.store import VectorSpec, point_id
-from service.settings import DEFAULT_MODEL, ProviderSettings, Settings
+from service.settings import DEFAULT_MODEL, Settings
 from service.surfaces import surfaces
-from tests.engine.model_server import DIMENSIONS, ModelServer
+from tests.engine.model_server import DIMENSIONS, MODEL_B, ModelServer, settings_b
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # The records live in a real surface collection, as an ingest would write them.
 COLLECTION = "catalog"
-MODEL_B = "acme/embed-b"
 VECTOR_A = vector_name(DEFAULT_MODEL, 384)
 VECTOR_B = vector_name(MODEL_B, DIMENSIONS)
 REFUND = "Refund a card payment and send the money back to the customer"
@@ -56,17 +54,6 @@ DOCS = {"refund": REFUND} | {f"topic-{i}-{j}": f"{text} (variant {j})" for i, te
 
 def record(key: str, text: str) -> IndexRecord:
     return IndexRecord(key=key, tenant="global", kind="doc", embed_text=text, terms=terms_text(text))
-
-
-@pytest.fixture
-async def model_b() -> AsyncIterator[ModelServer]:
-    server = await ModelServer().start()
-    yield server
-    await server.close()
-
-
-def settings_b(settings: Settings, server: ModelServer) -> Settings:
-    return replace(settings, embeddings_model=MODEL_B, providers=(ProviderSettings(id="acme", base_url=server.base_url),))
 
 
 async def index_with_model_a(settings: Settings) -> None:

@@ -43,7 +43,6 @@ from service.code.model import (
 from service.code.roots import protected_dirs
 from service.code.trigram import TrigramIndex
 from service.code.walker import WalkedFile, WalkResult, walk, walk_paths
-from service.engine.heap import release_free_memory
 from service.engine.records import PENDING, IndexRecord, content_hash
 from service.engine.store import Filter, Match, StoreError
 
@@ -60,9 +59,6 @@ BATCH_FILES = 200
 BATCH_CHUNKS = 4_000
 # How long chunking runs on the event loop before yielding to queued requests.
 YIELD_EVERY_S = 0.02
-
-# A revalidation that wrote at least this many files gives the memory it freed back to the OS.
-RELEASE_AFTER_FILES = 1_000
 
 # Cold chunks moved to pending and queued per page by ``queue_cold``.
 QUEUE_PAGE = 1_024
@@ -139,9 +135,6 @@ async def sync(engine: Engine, runtime: IndexTarget, *, deadline: float | None =
         return report
     total = len(changed)
     done = await _write_changes(engine, runtime, report, known, deleted, changed, deadline=deadline, progress=progress)
-    if done >= RELEASE_AFTER_FILES:
-        # A large build leaves its peak in the allocator's free lists: give those pages back.
-        await asyncio.to_thread(release_free_memory)
     report.files_left = total - done
     report.complete = report.files_left == 0
     runtime.cache.set_meta("complete", report.complete)

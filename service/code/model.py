@@ -46,6 +46,11 @@ def chunk_key(workspace_id: str, path: str, chunk_hash: str, occurrence: int) ->
     return base if occurrence == 0 else f"{base}|{occurrence}"
 
 
+def workspace_of_key(key: str) -> str:
+    """The workspace a chunk key (``chunk_key``) belongs to."""
+    return key.split("|", 1)[0]
+
+
 def workspace_filter(workspace: Workspace) -> Filter:
     """Every chunk of the workspace (the tenant first: it is the collection's tenant index)."""
     return Filter(must=(Match("tenant", workspace.tenant), Match("workspace", workspace.id)))

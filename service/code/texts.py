@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from service.code.context import embed_text_of
+from service.code.model import workspace_of_key
 from service.code.state import workspaces_of
 from service.engine.views import Document
 from service.errors import WorkspaceBroken, WorkspaceMissing
@@ -33,7 +34,7 @@ class ChunkTexts:
     job = EMBED_JOB
 
     def owner(self, key: str) -> str:
-        return key.split("|", 1)[0]
+        return workspace_of_key(key)
 
     async def documents(self, engine: Engine, items: Sequence[tuple[str, str]]) -> dict[str, Document]:
         """The documents of the chunks (key, content hash) whose workspace this process holds and

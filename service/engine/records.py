@@ -298,16 +298,17 @@ class RecordIndex(Collection):
         node that holds it); False when any enqueue failed (the sweeper repairs it)."""
         ok = True
         size = self.engine.settings.embeddings_batch_size
+        texts = self.texts
         groups: dict[str | None, list[tuple[str, str]]] = {}
         for item in items:
-            groups.setdefault(None if self.texts is None else self.texts.owner(item[0]), []).append(item)
+            groups.setdefault(None if texts is None else texts.owner(item[0]), []).append(item)
         for owner, group in groups.items():
             for start in range(0, len(group), size):
                 batch = group[start : start + size]
-                if self.texts is None or owner is None:
+                if texts is None:
                     job = await self.engine.queue.enqueue_embed(self.surface, self.collection, batch, bulk=self.bulk)
                 else:
-                    job = await self.engine.queue.enqueue_embed(self.surface, self.collection, batch, bulk=self.bulk, job=self.texts.job, owner=owner)
+                    job = await self.engine.queue.enqueue_embed(self.surface, self.collection, batch, bulk=self.bulk, job=texts.job, owner=owner)
                 ok = ok and job is not None
         return ok
 

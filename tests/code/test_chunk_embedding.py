@@ -12,7 +12,7 @@ from service.code.state import workspaces_of
 from service.code.texts import EMBED_JOB
 from service.code.workspace import SearchConfig
 from service.engine.embeddings import vector_name
-from service.engine.records import DONE, PENDING
+from service.engine.records import DONE, PENDING, RecordTexts
 from service.engine.refresh import embed_records
 from service.engine.reindex import reindex
 from service.engine.runtime import Engine
@@ -87,12 +87,12 @@ class _HeldElsewhere:
     real chunk texts, but none served. A second node cannot run here (several nodes share a Qdrant
     server, which this machine has not), so this is the one way to reach that path."""
 
-    def __init__(self, real: object) -> None:
+    def __init__(self, real: RecordTexts) -> None:
         self.real = real
         self.job = EMBED_JOB
 
     def owner(self, key: str) -> str:
-        return key.split("|", 1)[0]
+        return self.real.owner(key)
 
     async def documents(self, engine: Engine, items: Sequence[tuple[str, str]]) -> dict[str, Document]:
         return {}

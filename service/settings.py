@@ -78,6 +78,8 @@ class Settings:
     workspace_watch: bool = True
     """Watch open workspaces' roots and re-index changed files at once (off: revalidate by mtime on search)."""
     workspace_idle_close_s: float = 600.0
+    index_processes: int | None = None
+    """Worker processes that chunk files while a large workspace build writes; None: one fewer than the CPUs (at least one); 0: none."""
     """A workspace's chunk cache, trigram index and watcher close after this long without a search or index."""
     request_deadline_s: float = 20.0
     client_max_size: int = 8 * 1024 * 1024
@@ -232,6 +234,8 @@ def validate(settings: Settings) -> Settings:
             fail(name, f"must be greater than 0, got {value}")
     if settings.revalidate_interval_s < 0:
         fail("revalidate_interval_s", "must not be negative")
+    if settings.index_processes is not None and not 0 <= settings.index_processes <= 64:
+        fail("index_processes", f"must be between 0 and 64, got {settings.index_processes}")
     if not settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
         fail("redis_url", f"{mask_url(settings.redis_url)!r} is not a redis:// URL")
     if settings.qdrant_url and not settings.qdrant_url.startswith(("http://", "https://")):

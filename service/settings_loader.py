@@ -101,6 +101,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "revalidate_interval_s": float,
     "workspace_watch": _parse_bool,
     "workspace_idle_close_s": float,
+    "index_processes": _optional(int),
     "request_deadline_s": float,
     "client_max_size": int,
     "rerank_enabled": _parse_bool,

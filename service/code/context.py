@@ -70,8 +70,10 @@ def words(identifier: str) -> str:
     return " ".join(part.lower() for part in analyzer.name_parts(identifier))
 
 
+@lru_cache(maxsize=4_096)
 def path_words(path: str) -> str:
-    """``service/code/search.py`` -> ``service code search``: directories, then the file's stem."""
+    """``service/code/search.py`` -> ``service code search``: directories, then the file's stem
+    (memoized: every chunk of a file asks)."""
     directory, name = posixpath.split(path)
     stem = name.split(".", 1)[0] or name
     return " ".join(filter(None, (words(directory), words(stem))))
@@ -115,8 +117,8 @@ def _terms(text: str) -> str:
     """``analyzer.terms_text(text)``, memoized per identifier: code repeats identifiers, and this
     is the slowest step of indexing a large tree (3x faster, identical output)."""
     # analyzer._IDENTIFIER is the analyzer's own tokenizer: the output must stay identical to it.
-    pieces = (_identifier_terms(match.group(0)) for match in analyzer._IDENTIFIER.finditer(text))
-    return " ".join(piece for piece in pieces if piece)
+    # findall and map keep the loop in C (half the time of a generator over match objects).
+    return " ".join(filter(None, map(_identifier_terms, analyzer._IDENTIFIER.findall(text))))
 
 
 def chunk_terms(path: str, symbol: str | None, text: str) -> str:
@@ -125,5 +127,10 @@ def chunk_terms(path: str, symbol: str | None, text: str) -> str:
     holds the name once already, rarely the class); the docstring ``DOC_WEIGHT`` times in all (the
     code holds it once); the path ``PATH_WEIGHT`` times."""
     owner, _, name = (symbol or "").rpartition(".")
-    fields = ((text, 1), (name, NAME_WEIGHT - 1), (owner, NAME_WEIGHT - 1), (docstring(text), DOC_WEIGHT - 1), (path_words(path), PATH_WEIGHT))
-    return " ".join(terms for field, times in fields if times > 0 and (terms := _terms(field)) for _ in range(times))
+    fields = ((_terms(text), 1), (_terms(name), NAME_WEIGHT - 1), (_terms(owner), NAME_WEIGHT - 1), (_terms(docstring(text)), DOC_WEIGHT - 1), (_path_terms(path), PATH_WEIGHT))
+    return " ".join(terms for terms, times in fields if times > 0 and terms for _ in range(times))
+
+
+@lru_cache(maxsize=4_096)
+def _path_terms(path: str) -> str:
+    return _terms(path_words(path))

@@ -4,12 +4,12 @@ index and the chunk cache in line, writing only what changed (one revalidation).
 One pass (``sync``):
 1. walk the tree (``walker.py``) and compare each file's size and mtime with the cache;
 2. deleted files: their points, trigram documents and cache rows go;
-3. new and changed files, in batches: chunk them (on the event loop, yielding between files:
-   tree-sitter holds the GIL, so a thread would stall the loop anyway), then per batch
+3. new and changed files, in batches: chunk them (``chunking.py``: on the event loop for a small
+   change, ahead of the writes in worker processes for a large build), then per batch
    - store, through the code surface's ``RecordIndex``: delete the keys the files no longer have,
      write records for new keys (``cold``, or ``pending`` and queued for embedding when the
-     workspace is warm), update the line numbers of kept keys (a chunk moved by an edit above it
-     keeps its key and its vector);
+     workspace is warm); a chunk moved by an edit above it keeps its key, its point and its vector
+     (its lines are the cache's);
    - lexical index (``trigram.py``: BM25 terms and trigrams): replace the files' documents, commit
      (in a thread: tantivy releases the GIL);
    - cache: replace the files' rows, last (see ``cache.py`` on crash safety).
@@ -25,25 +25,25 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from service.code.cache import CachedChunk, FileState
-from service.code.chunker import chunk_file
+from service.code.chunking import ChunkSource, chunked, default_processes
 from service.code.context import chunk_terms, embed_text_of
 from service.code.model import (
     COLD,
     RECORD_KIND,
     SURFACE_NAME,
-    chunk_key,
     dirs_of,
     workspace_filter,
 )
 from service.code.roots import protected_dirs
 from service.code.trigram import TrigramIndex
 from service.code.walker import WalkedFile, WalkResult, walk, walk_paths
-from service.engine.records import PENDING, IndexRecord, content_hash
+from service.engine.records import PENDING, IndexRecord
 from service.engine.store import Filter, Match, StoreError
 
 if TYPE_CHECKING:
@@ -57,8 +57,6 @@ log = logging.getLogger(__name__)
 # trigram commit, small enough that a deadline or a crash loses little work.
 BATCH_FILES = 200
 BATCH_CHUNKS = 4_000
-# How long chunking runs on the event loop before yielding to queued requests.
-YIELD_EVERY_S = 0.02
 
 # Cold chunks moved to pending and queued per page by ``queue_cold``.
 QUEUE_PAGE = 1_024
@@ -182,6 +180,10 @@ async def _write_changes(
     """Drop ``deleted`` from the index, then re-chunk and write ``changed`` in batches (until
     ``deadline``), counting into ``report``; the number of changed files handled."""
     writer = _ChangeWriter(engine, runtime, report)
+    workspace = runtime.workspace
+    source = ChunkSource(str(workspace.root), workspace.id, workspace.embed_model)
+    processes = engine.settings.index_processes
+    batches = _batches(changed)
     done = 0
     try:
         if deleted:
@@ -189,16 +191,22 @@ async def _write_changes(
             report.files_deleted = len(deleted)
         if progress is not None:
             progress(0, len(changed))
-        for batch in _batches(changed):
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            files, chunks = await _chunk_files(runtime.workspace.root, batch, runtime, known)
-            await writer.apply(files, [f.path for f in batch if f not in files], chunks)
-            report.files_added += sum(1 for f in files if f.path not in known)
-            report.files_changed += sum(1 for f in files if f.path in known)
-            done += len(batch)
-            if progress is not None:
-                progress(done, len(changed))
+        if batches and (deadline is None or time.monotonic() <= deadline):
+            workers = default_processes() if processes is None else processes
+            done_batches = 0
+            async with aclosing(chunked(source, batches, workers)) as results:
+                async for batch in results:
+                    listed = batches[done_batches]
+                    done_batches += 1
+                    read = {f.path for f in batch.files}
+                    await writer.apply(batch.files, [f.path for f in listed if f.path not in read], batch.chunks, batch.terms)
+                    report.files_added += sum(1 for f in batch.files if f.path not in known)
+                    report.files_changed += sum(1 for f in batch.files if f.path in known)
+                    done += len(listed)
+                    if progress is not None:
+                        progress(done, len(changed))
+                    if deadline is not None and time.monotonic() > deadline:
+                        break
     finally:
         await writer.close()
     return done
@@ -220,35 +228,6 @@ def _batches(files: Sequence[WalkedFile]) -> list[list[WalkedFile]]:
     return batches
 
 
-async def _chunk_files(
-    root: Path, batch: Sequence[WalkedFile], runtime: IndexTarget, known: dict[str, tuple[int, int]]
-) -> tuple[list[WalkedFile], list[CachedChunk]]:
-    """Chunk the readable files of ``batch`` with their keys; a file that vanished is left out."""
-    files: list[WalkedFile] = []
-    chunks: list[CachedChunk] = []
-    workspace = runtime.workspace
-    last_yield = time.monotonic()
-    for walked in batch:
-        try:
-            text = (root / walked.path).read_bytes().decode("utf-8", errors="replace")
-        except OSError:
-            continue  # deleted or unreadable since the walk: treated as deleted
-        files.append(walked)
-        occurrences: dict[str, int] = {}
-        for chunk in chunk_file(walked.path, text):
-            seen = occurrences.get(chunk.content_hash, 0)
-            occurrences[chunk.content_hash] = seen + 1
-            key = chunk_key(workspace.id, walked.path, chunk.content_hash, seen)
-            record_hash = content_hash(embed_text_of(walked.path, chunk.symbol, chunk.text), workspace.embed_model)
-            chunks.append(
-                CachedChunk(key, walked.path, chunk.start_line, chunk.end_line, chunk.kind.value, chunk.symbol, chunk.content_hash, record_hash, chunk.text)
-            )
-        if time.monotonic() - last_yield > YIELD_EVERY_S:
-            await asyncio.sleep(0)
-            last_yield = time.monotonic()
-    return files, chunks
-
-
 class _ChangeWriter:
     """Applies batches of file changes to the store, the lexical index and the cache, in that order."""
 
@@ -260,7 +239,8 @@ class _ChangeWriter:
         self._trigram: TrigramIndex | None = None
         self._commit: asyncio.Future[None] | None = None
 
-    async def apply(self, files: Sequence[WalkedFile], deleted: Sequence[str], chunks: Sequence[CachedChunk] = ()) -> None:
+    async def apply(self, files: Sequence[WalkedFile], deleted: Sequence[str], chunks: Sequence[CachedChunk] = (), terms: Sequence[str] | None = None) -> None:
+        """Write the chunks of ``files`` (``terms``: their BM25 terms, when already derived) and drop ``deleted``."""
         cache = self.runtime.cache
         paths = [*deleted, *(f.path for f in files)]
         old = {c.key: c for cs in cache.chunks_of(paths).values() for c in cs}
@@ -270,9 +250,9 @@ class _ChangeWriter:
         moved = [c for key, c in new.items() if key in old and (old[key].start_line, old[key].end_line) != (c.start_line, c.end_line)]
         if removed:
             await self.records.delete(removed)
-        queued = await self._write_points(added, moved)
+        queued = await self._write_points(added)
         cache.note_trigram_pending(paths)
-        await self._write_trigram(paths, chunks)
+        await self._write_trigram(paths, chunks, terms)
         states = [FileState(f.path, f.size, f.mtime_ns) for f in files]
         cache.replace_files(states, list(chunks), deleted)
         self.report.chunks_removed += len(removed)
@@ -281,22 +261,21 @@ class _ChangeWriter:
         self.report.chunks_moved += len(moved)
         self.report.to_embed += queued
 
-    async def _write_points(self, added: Sequence[CachedChunk], moved: Sequence[CachedChunk]) -> int:
-        """Write records for new keys (a redone batch rewrites any that exist, keeping their vectors),
-        re-line moved ones; returns how many were queued for embedding."""
+    async def _write_points(self, added: Sequence[CachedChunk]) -> int:
+        """Write records for new keys (a redone batch rewrites any that exist, keeping their vectors);
+        returns how many were queued for embedding. A moved chunk's point is not touched: its lines
+        are the cache's."""
         workspace = self.runtime.workspace
         records = (chunk_record(workspace, chunk) for chunk in added)
         # A cold workspace's chunks wait, unqueued, until a search or warming embeds them.
         written = await self.records.write(records, embed=workspace.warm, hold_as=None if workspace.warm else COLD)
-        for chunk in moved:
-            await self.records.set_payload([chunk.key], {"start_line": chunk.start_line, "end_line": chunk.end_line})
         return written.to_embed
 
-    async def _write_trigram(self, paths: Sequence[str], chunks: Sequence[CachedChunk]) -> None:
+    async def _write_trigram(self, paths: Sequence[str], chunks: Sequence[CachedChunk], terms: Sequence[str] | None) -> None:
         if self._trigram is None:
             self._trigram = TrigramIndex.open(self.runtime.trigram_dir)
         self._trigram.delete_paths(paths)
-        self._trigram.add(lexical_documents(chunks))
+        self._trigram.add(lexical_documents(chunks, terms))
         # commit() waits for tantivy's indexing thread without holding the GIL: run it off the loop.
         self._commit = asyncio.ensure_future(asyncio.to_thread(self._trigram.commit))
         await asyncio.shield(self._commit)
@@ -314,15 +293,7 @@ def chunk_record(workspace: Workspace, chunk: CachedChunk) -> IndexRecord:
     """The record of a chunk: the record fields and the code surface's own. ``embed_dimensions``:
     the workspace's ``embeddings_dimensions``, which background embedding asks of the model (the
     same size its searches query)."""
-    payload: dict[str, Any] = {
-        "workspace": workspace.id,
-        "path": chunk.path,
-        "dirs": dirs_of(chunk.path),
-        "start_line": chunk.start_line,
-        "end_line": chunk.end_line,
-        "chunk_kind": chunk.kind,
-        "symbol": chunk.symbol,
-    }
+    payload: dict[str, Any] = {"workspace": workspace.id, "path": chunk.path, "dirs": dirs_of(chunk.path)}
     dimensions = workspace.search.embeddings_dimensions
     if dimensions:
         payload["embed_dimensions"] = dimensions
@@ -334,6 +305,7 @@ def chunk_record(workspace: Workspace, chunk: CachedChunk) -> IndexRecord:
         terms="",  # a chunk's BM25 terms are in the workspace's lexical index (trigram.py), not the store
         payload=payload,
         embed_model=workspace.embed_model,
+        known_hash=chunk.content_hash,  # derived with the chunk, from the same text and model
     )
 
 
@@ -369,8 +341,13 @@ async def _set_pending(engine: Engine, keys: list[str]) -> None:
                 continue
 
 
-def lexical_documents(chunks: Iterable[CachedChunk]) -> Iterator[tuple[str, str, str, str]]:
-    """The lexical index's documents of ``chunks``: key, path, text and BM25 terms."""
+def lexical_documents(chunks: Iterable[CachedChunk], terms: Sequence[str] | None = None) -> Iterator[tuple[str, str, str, str]]:
+    """The lexical index's documents of ``chunks``: key, path, text and BM25 terms (``terms``, one
+    per chunk, when already derived)."""
+    if terms is not None:
+        for chunk, chunk_terms_ in zip(chunks, terms, strict=True):
+            yield chunk.key, chunk.path, chunk.text, chunk_terms_
+        return
     for chunk in chunks:
         yield chunk.key, chunk.path, chunk.text, chunk_terms(chunk.path, chunk.symbol, chunk.text)
 

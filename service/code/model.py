@@ -8,9 +8,9 @@ only chunks whose text is new are embedded. A renamed file's chunks get new keys
 part of the key, as chunk hashes cover text only) and are embedded again.
 
 Payload fields besides the record ones (``tenant``, ``kind``, ``key``, ``content_hash``,
-``embed_state``, ...): ``workspace``, ``path``, ``dirs`` (every ancestor directory, so a directory
-scope is one keyword match), ``start_line``, ``end_line``, ``chunk_kind``, ``symbol``. A point holds
-no text: ``terms`` is empty (a chunk's BM25 terms are in its workspace's lexical index,
+``embed_state``, ...): ``workspace``, ``path`` and ``dirs`` (every ancestor directory, so a
+directory scope is one keyword match), what a search filters on. A chunk's lines, kind and symbol
+are the workspace's chunk cache's (``cache.py``), as is its text. A point holds no text: ``terms`` is empty (a chunk's BM25 terms are in its workspace's lexical index,
 ``trigram.py``) and there is no ``embed_text`` (embedding reads the chunk from the workspace's
 cache, ``texts.py``).
 

@@ -104,10 +104,12 @@ class IndexRecord:
     embed_model: str | None = None
     embed_name: str = ""
     """The record's name as words, embedded too and composed into its vector (``service.engine.views``)."""
+    known_hash: str | None = None
+    """The record's ``content_hash`` when its surface derived it already (its texts live elsewhere, ``RecordTexts``)."""
 
     @property
     def content_hash(self) -> str:
-        return content_hash(self.embed_text, self.embed_model, self.embed_name)
+        return self.known_hash or content_hash(self.embed_text, self.embed_model, self.embed_name)
 
 
 @dataclass(frozen=True)

@@ -182,3 +182,19 @@ def test_on_a_terminal_output_is_colored_and_indexing_shows_progress(tmp_path: P
     status, shown = cli_on_terminal("search", str(tree), "hash_password_again", "--mode", "lexical", "--data-dir", str(data), env=cli_env)
     assert status == 0, shown
     assert "indexing: 100%|" in shown and "\x1b[35msrc/pkg/extra.py\x1b[0m" in shown, shown
+
+
+def test_a_large_index_chunks_in_worker_processes_started_from_the_command(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """``python -m service index`` on a tree large enough for the chunking pool: the spawned worker
+    starts from the command (it imports the service's modules, not the command's arguments) and
+    chunks; a worker that cannot start or dies leaves a warning on stderr and the build to one
+    process."""
+    tree = tmp_path / "many"
+    files = 450
+    for i in range(files):
+        (tree / f"pkg{i % 9}").mkdir(parents=True, exist_ok=True)
+        (tree / f"pkg{i % 9}" / f"mod_{i}.py").write_text(f"def handler_{i}(event):\n    return event['id'] + {i}\n")
+    result = cli("index", str(tree), "--data-dir", str(tmp_path / "data"), env={**cli_env, "AGENTSEARCH_INDEX_PROCESSES": "1"})
+    assert result.returncode == 0, result.stderr
+    assert f"indexed {tree}: {files} files" in result.stdout
+    assert "chunking worker died" not in result.stderr and "no worker pool" not in result.stderr, result.stderr

@@ -42,6 +42,7 @@ from bench.common import machine, percentile, table, versions
 from bench.datasets import COSQA_CORPUS, COSQA_QUERIES, dataset
 from service.code.cache import CachedChunk
 from service.code.context import embed_text_of, words
+from service.code.ingest import write_points
 from service.code.model import workspace_filter
 from service.code.parsing import Mode, SearchRequest
 from service.code.search import search_workspace
@@ -204,6 +205,8 @@ def copy_packages(target: Path, packages: Sequence[str]) -> Path:
 async def embed_all(engine: Engine, workspace: Workspace) -> int:
     embedder = embedder_for(engine, workspace)
     assert embedder is not None
+    with workspaces_of(engine).cache_view(workspace) as cache:
+        await write_points(engine, workspace, cache, queue=False)  # a cold workspace's chunks have no points yet
     total = 0
     while embedded := await embed_scope(engine, embedder, workspace_filter(workspace), 1_024):
         total += embedded

@@ -186,6 +186,30 @@ class ChunkCache:
         for rows in self._ordered(_COLUMNS, prefix, batch):
             yield [_row(row) for row in rows]
 
+    def count_under(self, prefix: str = "", paths: Sequence[str] | None = None) -> int:
+        """How many chunks ``paths`` hold (when given), else the file or directory ``prefix`` (all: "")."""
+        if paths is not None:
+            total = 0
+            for batch in _batches(list(paths)):
+                marks = ",".join("?" * len(batch))
+                total += int(self._db.execute(f"SELECT COUNT(*) FROM chunks WHERE path IN ({marks})", batch).fetchone()[0])
+            return total
+        if not prefix:
+            return self.chunk_count()
+        query = "SELECT COUNT(*) FROM chunks WHERE path = ? OR (path >= ? AND path < ?)"
+        return int(self._db.execute(query, (prefix, prefix + "/", prefix + "0")).fetchone()[0])
+
+    def iter_hashes(self, prefix: str = "", paths: Sequence[str] | None = None, *, batch: int = 1024) -> Iterator[list[tuple[str, str, str]]]:
+        """``(key, path, content_hash)`` of the chunks ``count_under`` counts, in batches, without their texts."""
+        if paths is None:
+            yield from self._ordered("key, path, content_hash", prefix, batch)
+            return
+        for files in _batches(list(paths)):
+            marks = ",".join("?" * len(files))
+            cursor = self._db.execute(f"SELECT key, path, content_hash FROM chunks WHERE path IN ({marks}) ORDER BY path, start_line", files)
+            while rows := cursor.fetchmany(batch):
+                yield rows
+
     def iter_layouts(self, prefix: str = "", *, batch: int = 1024) -> Iterator[list[tuple[str, int, int, str]]]:
         """Light rows ``(path, start_line, end_line, text)`` in (path, line) order, in batches: what a
         full regex scan reads (``chunks_of`` then gives the whole chunks of the few files that match)."""

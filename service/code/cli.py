@@ -230,6 +230,7 @@ async def _index(args: argparse.Namespace) -> int:
 
 
 async def _embed_all(engine: Engine, workspace: Workspace) -> None:
+    from service.code.ingest import write_points
     from service.code.model import workspace_filter
     from service.code.semantic import embed_scope, embedder_for
     from service.code.state import workspaces_of
@@ -238,8 +239,11 @@ async def _embed_all(engine: Engine, workspace: Workspace) -> None:
     if embedder is None:
         print("agentsearch: no embeddings model is configured; the index stays lexical", file=sys.stderr)
         return
-    workspace = await workspaces_of(engine).mark_warm(workspace)
-    counts = await workspaces_of(engine).counts(workspace)
+    workspaces = workspaces_of(engine)
+    workspace = await workspaces.mark_warm(workspace)
+    with workspaces.cache_view(workspace) as cache:
+        await write_points(engine, workspace, cache, queue=False)
+    counts = await workspaces.counts(workspace)
     with _bar("chunk", "embedding") as bar:
         bar.total = counts["chunks"] - counts["embedded"]
         bar.refresh()

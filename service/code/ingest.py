@@ -6,16 +6,18 @@ One pass (``sync``):
 2. deleted files: their points, trigram documents and cache rows go;
 3. new and changed files, in batches: chunk them (``chunking.py``: on the event loop for a small
    change, ahead of the writes in worker processes for a large build), then per batch
-   - store, through the code surface's ``RecordIndex``: delete the keys the files no longer have,
-     write records for new keys (``cold``, or ``pending`` and queued for embedding when the
-     workspace is warm); a chunk moved by an edit above it keeps its key, its point and its vector
+   - store, through the code surface's ``RecordIndex``: delete the keys the files no longer have;
+     in a warm workspace write records for new keys, ``pending`` and queued for embedding (a cold
+     workspace's chunks have no point until embedded: the store holds what dense search needs);
+     a chunk moved by an edit above it keeps its key, its point and its vector
      (its lines are the cache's);
    - lexical index (``trigram.py``: BM25 terms and trigrams): replace the files' documents, commit
      (in a thread: tantivy releases the GIL);
    - cache: replace the files' rows, last (see ``cache.py`` on crash safety).
 A ``deadline`` stops between batches; the rest stays "changed" for the next pass.
 
-``queue_cold`` turns a workspace's ``cold`` chunks ``pending`` and queues their embedding (warming).
+``write_points`` gives a cold workspace's chunks their points: pending and queued when it warms
+(``queue_cold``), cold for a search that embeds a small scope now.
 """
 
 from __future__ import annotations
@@ -32,19 +34,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from service.code.cache import CachedChunk, FileState
 from service.code.chunking import ChunkSource, chunked, default_processes
-from service.code.context import chunk_terms, embed_text_of
+from service.code.context import chunk_terms
 from service.code.model import (
     COLD,
     RECORD_KIND,
     SURFACE_NAME,
     dirs_of,
-    workspace_filter,
 )
 from service.code.roots import protected_dirs
 from service.code.trigram import TrigramIndex
 from service.code.walker import WalkedFile, WalkResult, walk, walk_paths
 from service.engine.records import PENDING, IndexRecord
-from service.engine.store import Filter, Match, StoreError
+from service.engine.store import StoreError
 
 if TYPE_CHECKING:
     from service.code.cache import ChunkCache
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 BATCH_FILES = 200
 BATCH_CHUNKS = 4_000
 
-# Cold chunks moved to pending and queued per page by ``queue_cold``.
+# Chunks given points (and queued) per page by ``write_points``.
 QUEUE_PAGE = 1_024
 
 # Called with (files done, files in all) as a revalidation goes.
@@ -262,13 +263,14 @@ class _ChangeWriter:
         self.report.to_embed += queued
 
     async def _write_points(self, added: Sequence[CachedChunk]) -> int:
-        """Write records for new keys (a redone batch rewrites any that exist, keeping their vectors);
-        returns how many were queued for embedding. A moved chunk's point is not touched: its lines
-        are the cache's."""
+        """Write points for new keys of a warm workspace, pending and queued for embedding (a redone
+        batch rewrites any that exist, keeping their vectors); returns how many were queued. A cold
+        workspace's chunks get no point until a search or warming embeds them (``write_points``),
+        and a moved chunk's point is not touched: its lines are the cache's."""
         workspace = self.runtime.workspace
-        records = (chunk_record(workspace, chunk) for chunk in added)
-        # A cold workspace's chunks wait, unqueued, until a search or warming embeds them.
-        written = await self.records.write(records, embed=workspace.warm, hold_as=None if workspace.warm else COLD)
+        if not workspace.warm:
+            return 0
+        written = await self.records.write((chunk_record(workspace, c.key, c.path, c.content_hash) for c in added), embed=True)
         return written.to_embed
 
     async def _write_trigram(self, paths: Sequence[str], chunks: Sequence[CachedChunk], terms: Sequence[str] | None) -> None:
@@ -289,41 +291,52 @@ class _ChangeWriter:
             self._trigram = None
 
 
-def chunk_record(workspace: Workspace, chunk: CachedChunk) -> IndexRecord:
-    """The record of a chunk: the record fields and the code surface's own. ``embed_dimensions``:
-    the workspace's ``embeddings_dimensions``, which background embedding asks of the model (the
-    same size its searches query)."""
-    payload: dict[str, Any] = {"workspace": workspace.id, "path": chunk.path, "dirs": dirs_of(chunk.path)}
+def chunk_record(workspace: Workspace, key: str, path: str, content_hash: str) -> IndexRecord:
+    """The record of a chunk: the record fields and the code surface's own. It holds no text (the
+    workspace's cache does: ``texts.py``), so its hash comes with it. ``embed_dimensions``: the
+    workspace's ``embeddings_dimensions``, which background embedding asks of the model (the same
+    size its searches query)."""
+    payload: dict[str, Any] = {"workspace": workspace.id, "path": path, "dirs": dirs_of(path)}
     dimensions = workspace.search.embeddings_dimensions
     if dimensions:
         payload["embed_dimensions"] = dimensions
     return IndexRecord(
-        key=chunk.key,
+        key=key,
         tenant=workspace.tenant,
         kind=RECORD_KIND,
-        embed_text=embed_text_of(chunk.path, chunk.symbol, chunk.text),
+        embed_text="",  # read from the cache when embedded
         terms="",  # a chunk's BM25 terms are in the workspace's lexical index (trigram.py), not the store
         payload=payload,
         embed_model=workspace.embed_model,
-        known_hash=chunk.content_hash,  # derived with the chunk, from the same text and model
+        known_hash=content_hash,
     )
 
 
-async def queue_cold(engine: Engine, workspace: Workspace, flt: Filter | None = None) -> int:
-    """Move the workspace's ``cold`` chunks (under ``flt``) to ``pending`` and queue their embedding."""
+async def write_points(engine: Engine, workspace: Workspace, cache: ChunkCache, prefix: str = "", paths: Sequence[str] | None = None, *, queue: bool) -> int:
+    """Give the workspace's chunks under ``prefix`` (or in ``paths``) that have no point one: with
+    ``queue`` pending and queued for embedding (warming; a ``cold`` point an earlier release wrote
+    turns pending and is queued too), else ``cold`` for a search to embed now. Returns how many
+    points were written or queued."""
     records = engine.records(SURFACE_NAME)
-    cold = (flt or workspace_filter(workspace)).and_(Match("embed_state", COLD))
-    queued = 0
-    seen: set[str] = set()
-    while True:
-        page, _ = await records.scroll(cold, limit=QUEUE_PAGE)
-        if not page or all(p.id in seen for p in page):
-            return queued  # the second case: points that refuse the update; the sweeper cannot help
-        seen.update(p.id for p in page)
-        items = [(str(p.payload["key"]), str(p.payload["content_hash"])) for p in page]
-        await _set_pending(engine, [key for key, _ in items])
-        await records.enqueue_embedding(items)
-        queued += len(items)
+    done = 0
+    for rows in cache.iter_hashes(prefix, paths, batch=QUEUE_PAGE):
+        existing = await records.get_many([key for key, _, _ in rows])
+        missing = [chunk_record(workspace, key, path, digest) for key, path, digest in rows if key not in existing]
+        if missing:
+            written = await records.write(missing, embed=queue, hold_as=None if queue else COLD)
+            done += written.to_embed if queue else written.written
+        if queue:
+            cold = [(key, str(payload["content_hash"])) for key, payload in existing.items() if payload.get("embed_state") == COLD]
+            if cold:
+                await _set_pending(engine, [key for key, _ in cold])
+                await records.enqueue_embedding(cold)
+                done += len(cold)
+    return done
+
+
+async def queue_cold(engine: Engine, workspace: Workspace, cache: ChunkCache) -> int:
+    """Queue the embedding of every chunk of the workspace that has no vector nor a queued job (warming)."""
+    return await write_points(engine, workspace, cache, queue=True)
 
 
 async def _set_pending(engine: Engine, keys: list[str]) -> None:

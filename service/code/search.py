@@ -45,10 +45,12 @@ from service.code.semantic import (
     SCOPE_TOO_LARGE,
     WARMING_RUNNING,
     WARMING_SCHEDULED,
+    ScopeState,
     cold_chunks,
     dense_query,
     embed_scope,
     embedder_for,
+    prepare_scope,
     schedule_indexing,
     schedule_warming,
     scope_state,
@@ -373,7 +375,8 @@ async def _query_vector(ctx: _Context, query: str) -> tuple[Embedder, list[float
         _fallback(ctx, "embeddings_not_configured", notices[0])
         return None
     workspaces = workspaces_of(engine)
-    state = await scope_state(workspaces, workspace, ctx.flt)
+    within = ctx.within
+    state = await scope_state(workspaces, ctx.flt, ctx.runtime.cache.count_under(within.path or within.directory, within.paths))
     limit = engine.settings.semantic_scope_limit
     ctx.meta["scope"] = {"chunks": state.chunks, "embedded": state.embedded, "unembedded": state.unembedded, "limit": limit}
     if state.unembedded > limit:
@@ -383,7 +386,7 @@ async def _query_vector(ctx: _Context, query: str) -> tuple[Embedder, list[float
     started = time.perf_counter()
     budget = None if ctx.deadline is None else max(ctx.deadline - time.monotonic(), 0.0)
     try:
-        embedded_now, vector, notices = await asyncio.wait_for(_embed(ctx, embedder, query, state.unembedded, limit), timeout=budget)
+        embedded_now, vector, notices = await asyncio.wait_for(_embed(ctx, embedder, query, state, limit), timeout=budget)
     except TimeoutError:
         _fallback(
             ctx,
@@ -413,11 +416,14 @@ def _semantic_ranking(ctx: _Context, hits: list[Hit]) -> list[ChunkHit]:
     return ranked
 
 
-async def _embed(ctx: _Context, embedder: Embedder, query: str, unembedded: int, limit: int) -> tuple[int, list[float] | None, list[str]]:
+async def _embed(ctx: _Context, embedder: Embedder, query: str, state: ScopeState, limit: int) -> tuple[int, list[float] | None, list[str]]:
     """Embed the scope's chunks that have no vector yet (at most ``limit``), then the query (None
     with the notice saying why)."""
     assert ctx.flt is not None
-    embedded_now = await embed_scope(ctx.engine, embedder, ctx.flt, limit) if unembedded else 0
+    embedded_now = 0
+    if state.unembedded:
+        await prepare_scope(ctx.engine, ctx.workspace, ctx.runtime.cache, ctx.within, ctx.flt, state.chunks)
+        embedded_now = await embed_scope(ctx.engine, embedder, ctx.flt, limit)
     notices: list[str] = []
     return embedded_now, await embed_query_or_notice(embedder, query, notices), notices
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from service.code.ingest import queue_cold
+from service.code.ingest import queue_cold, write_points
 from service.code.model import COLLECTION, SURFACE_NAME
 from service.code.state import Workspaces, workspaces_of
 from service.code.workspace import Workspace
@@ -27,6 +27,8 @@ from service.engine.store import DenseQuery, Filter, Match, StoreError, VectorSp
 from service.engine.views import Document, embed_views
 
 if TYPE_CHECKING:
+    from service.code.cache import ChunkCache
+    from service.code.trigram import Within
     from service.engine.runtime import Engine
 
 log = logging.getLogger(__name__)
@@ -62,17 +64,26 @@ class ScopeState:
         return self.chunks - self.embedded
 
 
-async def scope_state(workspaces: Workspaces, workspace: Workspace, flt: Filter) -> ScopeState:
-    """The chunks under ``flt`` (within ``workspace``'s filter) and how many are embedded: two counts,
-    as ``Workspaces.counts``; the pending ones only matter to a fallback (``cold_chunks``)."""
-    records = workspaces.records
-    return ScopeState(chunks=await records.count(flt), embedded=await records.count(flt.and_(Match("embed_state", DONE))))
+async def scope_state(workspaces: Workspaces, flt: Filter, chunks: int) -> ScopeState:
+    """The state of a scope holding ``chunks`` chunks (the cache's count) under ``flt``: how many
+    of them are embedded (one store count, as ``Workspaces.counts``); the pending ones only matter
+    to a fallback (``cold_chunks``)."""
+    return ScopeState(chunks=chunks, embedded=await workspaces.records.count(flt.and_(Match("embed_state", DONE))))
 
 
 async def cold_chunks(workspaces: Workspaces, flt: Filter, state: ScopeState) -> int:
     """The chunks of ``state`` neither embedded nor queued for embedding (``Workspaces.counts``' ``cold``)."""
     pending = await workspaces.records.count(flt.and_(Match("embed_state", PENDING)))
     return max(state.chunks - state.embedded - pending, 0)
+
+
+async def prepare_scope(engine: Engine, workspace: Workspace, cache: ChunkCache, within: Within, flt: Filter, chunks: int) -> int:
+    """Give the scope's ``chunks`` chunks that have no point a cold one, so ``embed_scope`` finds
+    them: a cold workspace's chunks have none until embedded (a warm one's have theirs, and one
+    store count says so). Returns how many were written."""
+    if await workspaces_of(engine).records.count(flt) >= chunks:
+        return 0
+    return await write_points(engine, workspace, cache, within.path or within.directory, within.paths, queue=False)
 
 
 async def embed_scope(engine: Engine, embedder: Embedder, flt: Filter, limit: int, progress: Callable[[int], object] | None = None) -> int:
@@ -176,7 +187,8 @@ async def warm(engine: Engine, workspace_id: str, *, deadline: float | None) -> 
     if fresh.busy or (fresh.report is not None and not fresh.report.complete):
         raise IndexNotComplete(workspace_id)
     workspace = await workspaces.mark_warm(workspace)
-    queued = await queue_cold(engine, workspace)
+    runtime = await workspaces.runtime(workspace)
+    queued = await queue_cold(engine, workspace, runtime.cache)
     log.info("workspace warming", extra={"workspace": workspace_id, "queued": queued})
     return queued
 
@@ -196,6 +208,7 @@ __all__ = [
     "embed_scope",
     "embedder_for",
     "index_workspace",
+    "prepare_scope",
     "schedule_warming",
     "warm",
 ]

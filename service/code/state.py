@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 from service.code.cache import ChunkCache
 from service.code.context import RECORD_FORMAT
-from service.code.ingest import SyncProgress, SyncReport, rebuild_trigram, repair_trigram, sync, sync_paths
+from service.code.ingest import SyncProgress, SyncReport, queue_cold, rebuild_trigram, repair_trigram, sync, sync_paths
 from service.code.matchers import MatcherPool
-from service.code.model import SURFACE_NAME, workspace_filter
+from service.code.model import COLD, SURFACE_NAME, workspace_filter
 from service.code.residency import Residency
 from service.code.roots import mark_no_index, protected_dirs
 from service.code.trigram import IndexLocked, TrigramIndex
@@ -56,13 +56,15 @@ from service.code.watcher import RootWatcher
 from service.code.workspace import SearchConfig, Workspace, WorkspaceRegistry, new_workspace, with_search
 from service.engine.analyzer import ANALYZER_VERSION
 from service.engine.records import DONE, PENDING
-from service.engine.store import Filter, Match
+from service.engine.store import Match
 from service.errors import NotFound, WorkspaceBroken, WorkspaceMissing
 from service.routing import node_for_workspace
 
 # The cache's note that the store's points of the workspace hold no texts (older releases wrote
 # each chunk's embedded text and BM25 terms there).
 STORE_TEXTS, STORE_TEXTS_NONE = "store_texts", "none"
+# Noted once the points an earlier release wrote for unembedded chunks (``cold``) are gone.
+COLD_POINTS, COLD_POINTS_NONE = "cold_points", "none"
 _STORE_TEXT_FIELDS = ("terms", "embed_text", "embed_name")
 _TEXTS_PAGE = 512
 
@@ -415,12 +417,14 @@ class Workspaces:
     async def _heal(self, runtime: WorkspaceRuntime) -> None:
         """Re-derive what a crash, a wiped directory or an older record format left apart from the cache."""
         await self._upgrade_records(runtime)
+        await self._drop_cold_points(runtime)
         await self._drop_store_texts(runtime)
         cached = runtime.cache.chunk_count()
-        if cached and not await self.records.count(workspace_filter(runtime.workspace)):
-            log.warning("store lost the workspace's chunks; reindexing", extra={"workspace": runtime.workspace.id})
-            runtime.cache.clear()
-            cached = 0
+        if runtime.workspace.warm and cached > await self.records.count(workspace_filter(runtime.workspace)):
+            # A warm workspace's chunks all have points; some have none when the store lost them
+            # (or a build wrote them while the workspace turned warm): queued again.
+            queued = await queue_cold(self.engine, runtime.workspace, runtime.cache)
+            log.warning("warm workspace had chunks without points; queued their embedding", extra={"workspace": runtime.workspace.id, "queued": queued})
         repaired = await repair_trigram(runtime)
         if repaired:
             log.warning("trigram index was ahead of the chunk cache; put back its files", extra={"workspace": runtime.workspace.id, "files": repaired})
@@ -445,6 +449,17 @@ class Workspaces:
             await self.records.delete_where(workspace_filter(runtime.workspace))
             runtime.cache.clear()
         runtime.cache.set_meta("record_format", RECORD_FORMAT)
+
+    async def _drop_cold_points(self, runtime: WorkspaceRuntime) -> None:
+        """A workspace indexed before unembedded chunks left the store has a ``cold`` point for each:
+        deleted once (a search or warming gives a chunk its point again when it embeds it)."""
+        if runtime.cache.get_meta(COLD_POINTS) == COLD_POINTS_NONE:
+            return
+        cold = workspace_filter(runtime.workspace).and_(Match("embed_state", COLD))
+        if dropped := await self.records.count(cold):
+            await self.records.delete_where(cold)
+            log.warning("dropped the store points of the workspace's unembedded chunks", extra={"workspace": runtime.workspace.id, "chunks": dropped})
+        runtime.cache.set_meta(COLD_POINTS, COLD_POINTS_NONE)
 
     async def _drop_store_texts(self, runtime: WorkspaceRuntime) -> None:
         """A workspace indexed before its chunks' texts and BM25 terms left the store (for the
@@ -554,12 +569,18 @@ class Workspaces:
 
     # ---- embedding state -------------------------------------------------------------------------
 
-    async def counts(self, workspace: Workspace, flt: Filter | None = None) -> dict[str, int]:
-        """``chunks``, ``embedded``, ``pending`` and ``cold`` chunks of the workspace (under ``flt``)."""
-        base = flt or workspace_filter(workspace)
-        total = await self.records.count(base)
+    async def counts(self, workspace: Workspace) -> dict[str, int]:
+        """``chunks`` (the cache's), ``embedded``, ``pending`` and ``cold`` chunks of the workspace (a
+        cold chunk has no point, or a ``cold`` one an earlier release wrote). A cache that cannot
+        be read counts the store's points instead."""
+        base = workspace_filter(workspace)
         embedded = await self.records.count(base.and_(Match("embed_state", DONE)))
         pending = await self.records.count(base.and_(Match("embed_state", PENDING)))
+        try:
+            with self.cache_view(workspace) as cache:
+                total = cache.chunk_count()
+        except (WorkspaceBroken, sqlite3.Error):
+            total = await self.records.count(base)
         return {"chunks": total, "embedded": embedded, "pending": pending, "cold": max(total - embedded - pending, 0)}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from service.code.ingest import write_points
 from service.code.model import COLLECTION
 from service.code.semantic import index_workspace
 from service.code.state import workspaces_of
@@ -43,12 +44,17 @@ async def chunk_points(engine: Engine) -> list[tuple[str, dict[str, object], set
 
 
 async def index_and_embed_with_model_a(settings: Settings) -> str:
-    """A workspace indexed and every chunk embedded with the packaged model (the embed job's code path)."""
+    """A workspace indexed, its chunks given points (a cold workspace's have none) and every chunk
+    embedded with the packaged model (the embed job's code path)."""
     root = write_tree(settings.allowed_roots[0] / "repo")
     engine = await open_engine(settings, surfaces())
     try:
-        workspace, _ = await workspaces_of(engine).register(TENANT, root, SearchConfig())
+        workspaces = workspaces_of(engine)
+        workspace, _ = await workspaces.register(TENANT, root, SearchConfig())
         await index_workspace(engine, workspace.id, deadline=None)
+        assert await chunk_points(engine) == [], "a cold workspace's chunks have no points"
+        runtime = await workspaces.runtime(workspace)
+        assert await write_points(engine, workspace, runtime.cache, queue=False) == runtime.cache.chunk_count()
         points = await chunk_points(engine)
         assert points
         outcome = await embed_records(engine, COLLECTION, [(key, str(payload["content_hash"])) for key, payload, _ in points])

@@ -154,7 +154,7 @@ def test_every_command_that_prints_a_result_speaks_json(indexed: tuple[Path, Pat
     reindex = cli("reindex", "--json", "--data-dir", str(data), env=cli_env)
     assert reindex.returncode == 0, reindex.stderr
     report = json.loads(reindex.stdout)
-    assert report["by_collection"]["code"]["records"] == state["chunks"] and report["repaired"] == 0
+    assert report["by_collection"]["code"]["records"] == 0 and report["repaired"] == 0, "a cold workspace's chunks have no points to re-embed"
     assert report["serving_model"] is None and report["switched"] is False
 
 

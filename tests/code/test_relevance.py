@@ -62,19 +62,20 @@ def cached(chunk: Any) -> CachedChunk:
 def test_a_chunk_record_leads_with_its_context_and_weighs_names_and_docstrings(tmp_path: Path) -> None:
     chunks = chunk_file("service/code/search.py", big_class())
     method = next(c for c in chunks if c.symbol == "WorkspaceIndex.parse_searchBody")
-    record = chunk_record(new_workspace("user:alice", tmp_path, SearchConfig()), cached(method))
+    embedded = embed_text_of(method.path, method.symbol, method.text)  # what embedding reads from the cache (texts.py)
 
-    assert record.embed_text == f"service code search: workspace index parse search body\n{method.text}", "context first, then the code"
+    assert embedded == f"service code search: workspace index parse search body\n{method.text}", "context first, then the code"
 
     # The method is longer than the model reads: what it reads starts with the context.
     tokenizer = load_sentence_transformer(local_model_path("all-MiniLM-L6-v2")).tokenizer
-    pieces = tokenizer.tokenize(record.embed_text)
+    pieces = tokenizer.tokenize(embedded)
     assert len(pieces) > MODEL_WINDOW
     read = tokenizer.convert_tokens_to_string(pieces[: MODEL_WINDOW - 2])
     for words in ("service code search", "workspace index parse search body", "read the search body a caller posted"):
         assert words in read
 
-    assert record.terms == "", "the store holds no BM25 terms of a chunk: the lexical index does"
+    record = chunk_record(new_workspace("user:alice", tmp_path, SearchConfig()), cached(method).key, method.path, "h")
+    assert record.terms == record.embed_text == "" and record.content_hash == "h", "the store holds no text of a chunk: the cache and the lexical index do"
     terms = next(lexical_documents([cached(method)]))[3].split()
     assert terms.count("searchbody") == NAME_WEIGHT and terms.count("posted") == DOC_WEIGHT > 1, "names and docstrings weigh more"
     assert terms.count("workspace") == NAME_WEIGHT - 1, "the enclosing class weighs as a name, though not in the code"
@@ -85,8 +86,7 @@ def test_a_comment_above_a_declaration_is_its_docstring() -> None:
     source = "// Opens the spool directory\n// and locks it.\n//\n// Details.\nfunc OpenSpool(dir string) error {\n\treturn nil\n}\n"
     chunk = chunk_file("internal/spool/open.go", source)[0]
     assert docstring(chunk.text) == "Opens the spool directory and locks it.", "the first paragraph, markers dropped"
-    record = chunk_record(new_workspace("user:alice", Path("/srv"), SearchConfig()), cached(chunk))
-    assert record.embed_text.startswith("internal spool open: open spool\n// Opens the spool directory")
+    assert embed_text_of(chunk.path, chunk.symbol, chunk.text).startswith("internal spool open: open spool\n// Opens the spool directory")
     terms = next(lexical_documents([cached(chunk)]))[3].split()
     assert terms.count("lock") == DOC_WEIGHT and terms.count("detail") == 1
 

@@ -184,35 +184,52 @@ async def test_a_trigram_write_the_cache_never_got_is_put_back_on_open(module_se
     assert not any("rebuilding it" in message for message in messages), messages
 
 
-async def test_a_workspace_whose_store_points_still_hold_texts_has_them_emptied_on_open(module_settings: Settings, tree: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A workspace indexed by a release that kept each chunk's embedded text and BM25 terms in its
-    store point (the state is made here as that release left it: both written back into the points,
-    the cache's note removed): the next open empties them, keeps the answers, and does it only once."""
+async def test_points_an_earlier_release_left_lose_their_texts_and_cold_ones_go_on_open(module_settings: Settings, tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A workspace indexed by a release that kept a point for every chunk, embedded or not, with its
+    embedded text and BM25 terms (the state is made here as that release left it: a scope embedded
+    by a hybrid search, the other chunks given cold points, texts written back into every point, the
+    cache's notes removed): the next open deletes the cold points, empties the embedded ones (their
+    vectors kept), keeps the answers, and does it only once."""
     from service.code.cache import CACHE_FILE
+    from service.code.ingest import write_points
     from service.code.model import workspace_filter
-    from service.code.state import STORE_TEXTS
+    from service.code.state import COLD_POINTS, STORE_TEXTS
+    from service.engine.records import DONE
+    from tests.code.helpers import wait_model_ready
 
-    settings = variant(module_settings, "oldterms", embeddings_model=None, workspace_watch=False)
+    settings = variant(module_settings, "oldterms", workspace_watch=False)
     async with running_app(settings) as client:
+        engine = client.app[ENGINE]
         wid = (await register(client, tree))["id"]
         await wait_indexed(client, wid)
+        await wait_model_ready(client)
+        embedded = (await search(client, wid, query="give the customer their money back", path="src/pkg"))["meta"]["embedded_now"]
         before = answer_of(await search(client, wid, query="hash_password", mode="lexical"))
-        workspace = workspaces_of(client.app[ENGINE]).registry.get(wid)
+        workspaces = workspaces_of(engine)
+        workspace = workspaces.registry.get(wid)
         assert workspace is not None
-        records = workspaces_of(client.app[ENGINE]).records
+        chunks = (await status(client, wid))["chunks"]
+        assert 0 < embedded < chunks
+        records = workspaces.records
         points = [point async for point in records.scroll_all(workspace_filter(workspace))]
-        assert points and not any(point.payload.get("terms") or point.payload.get("embed_text") for point in points), "a chunk's point carries no text"
-        await records.set_payload([str(point.payload["key"]) for point in points], {"terms": "hash password old terms", "embed_text": "def hash_password(): ..."})
+        assert len(points) == embedded and not any(point.payload.get("terms") or point.payload.get("embed_text") for point in points), "embedded chunks alone have points, and no text"
+        runtime = await workspaces.runtime(workspace)
+        assert await write_points(engine, workspace, runtime.cache, queue=False) == chunks - embedded
+        keys = [str(point.payload["key"]) async for point in records.scroll_all(workspace_filter(workspace))]
+        await records.set_payload(keys, {"terms": "hash password old terms", "embed_text": "def hash_password(): ..."})
     with sqlite3.connect(workspace.cache_dir(settings) / CACHE_FILE) as db:
-        db.execute("DELETE FROM meta WHERE name = ?", (STORE_TEXTS,))
+        db.execute("DELETE FROM meta WHERE name IN (?, ?)", (STORE_TEXTS, COLD_POINTS))
     async with running_app(settings) as client:
         caplog.clear()
         assert answer_of(await search(client, wid, query="hash_password", mode="lexical")) == before
         records = workspaces_of(client.app[ENGINE]).records
         points = [point async for point in records.scroll_all(workspace_filter(workspace))]
-        assert points and not any(point.payload.get("terms") or point.payload.get("embed_text") for point in points)
+        assert len(points) == embedded and all(point.payload["embed_state"] == DONE for point in points), "the cold points are gone"
+        assert not any(point.payload.get("terms") or point.payload.get("embed_text") for point in points)
+        assert (await status(client, wid))["embedded"] == embedded, "the vectors stay"
         assert sum("BM25 terms out of the store" in r.getMessage() for r in caplog.records) == 1, "emptied once"
+        assert sum("unembedded chunks" in r.getMessage() for r in caplog.records) == 1, "dropped once"
     async with running_app(settings) as client:
         caplog.clear()
         assert answer_of(await search(client, wid, query="hash_password", mode="lexical")) == before
-        assert not any("BM25 terms out of the store" in r.getMessage() for r in caplog.records), "only once"
+        assert not any("BM25 terms out of the store" in r.getMessage() or "unembedded chunks" in r.getMessage() for r in caplog.records), "only once"

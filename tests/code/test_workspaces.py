@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from service.settings import Settings
+from service.settings import DEFAULT_MODEL, Settings
 from tests.callers import ALICE, auth
 from tests.code.conftest import variant
 from tests.code.helpers import register, search, status, wait_embedded, wait_indexed, wait_model_ready
@@ -288,9 +288,11 @@ async def test_workspaces_and_their_index_survive_a_restart(module_settings: Set
 
 
 async def test_delete_removes_the_workspace_and_its_chunks(client: TestClient[Any, Any], tree: Path) -> None:
+    """A warmed workspace (every chunk embedded, so every chunk has its point) is deleted: its
+    chunks leave the store."""
     owner = auth("frank")
-    workspace = await register(client, tree, headers=owner)
-    before = await wait_indexed(client, workspace["id"], owner)
+    workspace = await register(client, tree, headers=owner, embeddings_model=DEFAULT_MODEL, prewarm_embeddings=True)
+    before = await wait_embedded(client, workspace["id"], owner)
     assert (await (await client.get("/v1/index/status", headers=owner)).json())["surfaces"]["code"]["records"] == before["chunks"]
     response = await client.delete(f"/v1/workspaces/{workspace['id']}", headers=owner)
     assert response.status == 200

@@ -21,15 +21,16 @@ RECORDS = 600
 
 def crash_settings(data_dir: Path, prefix: str) -> Settings:
     """The worker's settings, in the child and in the test. A killed job runs again once arq's
-    in-progress key of it expires, ``job_timeout_s`` + 10 s after it started; the timeout leaves an
-    embed job of 512 records room on a busy machine. The suite's shared model-artifact directory
-    spares the child an ONNX export."""
+    in-progress key of it expires, ``job_timeout_s`` + 10 s after it started (the test waits that
+    long); the timeout leaves an embed job of 512 short records (about a second) room on a busy
+    machine, and one that overran it would be tried again. The suite's shared model-artifact
+    directory spares the child an ONNX export."""
     return Settings(
         data_dir=data_dir,
         redis_url=REDIS_URL,
         queue_prefix=prefix,
         jwt_secret=TEST_SECRET,
-        job_timeout_s=30,
+        job_timeout_s=12,
         sweep_interval_s=2,
         model_artifact_dir=MODEL_ARTIFACTS,
     )

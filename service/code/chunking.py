@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 # A build of fewer files chunks in the service process: a pool's start (about a second) would
 # cost an edit more than it saves.
 POOL_MIN_FILES = 400
+# The default number of worker processes is the CPUs', up to this many.
+MAX_PROCESSES = 4
 # Batches chunked ahead of the one being written, per worker process.
 AHEAD = 2
 # How long in-process chunking runs on the event loop before yielding to queued requests.
@@ -62,12 +64,14 @@ class ChunkedBatch:
 
 
 def default_processes() -> int:
-    """One worker process fewer than the CPUs this process may use (at least one)."""
+    """As many worker processes as CPUs this process may use, at most ``MAX_PROCESSES``: the service
+    process only writes, and mostly waits on the workers (25 MB of Python on 2 CPUs: 23.1 s in the
+    service process, 15.0 s with one worker, 13.5 s with two)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
-    return max(cpus - 1, 1)
+    return max(min(cpus, MAX_PROCESSES), 1)
 
 
 def chunk_one(source: ChunkSource, walked: WalkedFile, batch: ChunkedBatch) -> None:

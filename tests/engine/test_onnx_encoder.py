@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +59,16 @@ async def exported() -> Path:
     return export_path(MODEL_ARTIFACTS)
 
 
+def scramble(exported: Path, target: Path, *, seed: int) -> None:
+    """Write ``exported`` to ``target`` with its largest weights (the word embeddings) permuted: it loads and runs, wrongly."""
+    model = onnx.load(str(exported))
+    largest = max(model.graph.initializer, key=lambda tensor: int(np.prod(tensor.dims)))
+    weights = onnx.numpy_helper.to_array(largest)
+    scrambled = np.random.default_rng(seed).permutation(weights.reshape(-1)).reshape(weights.shape).astype(weights.dtype)
+    largest.CopyFrom(onnx.numpy_helper.from_array(scrambled, largest.name))
+    onnx.save(model, str(target))
+
+
 async def assert_torch_serves(embedder: LocalEmbedder, caplog: pytest.LogCaptureFixture, reason: str) -> None:
     """The export was refused with one warning naming ``reason``, and answers still come, equal to torch's."""
     assert embedder.runtime == "torch" and embedder.onnx_state == "failed"
@@ -93,12 +106,7 @@ async def test_truncated_export_file_leaves_torch_serving(exported: Path, tmp_pa
 
 async def test_export_that_disagrees_with_torch_is_refused(exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A well-formed export whose weights were changed (the word embeddings scrambled) loads and runs, but fails the probes."""
-    model = onnx.load(str(exported))
-    largest = max(model.graph.initializer, key=lambda tensor: int(np.prod(tensor.dims)))
-    weights = onnx.numpy_helper.to_array(largest)
-    scrambled = np.random.default_rng(7).permutation(weights.reshape(-1)).reshape(weights.shape).astype(weights.dtype)
-    largest.CopyFrom(onnx.numpy_helper.from_array(scrambled, largest.name))
-    onnx.save(model, str(export_path(tmp_path)))
+    scramble(exported, export_path(tmp_path), seed=7)
     with caplog.at_level(logging.WARNING):
         embedder = await settled(tmp_path)
         await assert_torch_serves(embedder, caplog, "disagrees with torch")
@@ -144,3 +152,48 @@ async def test_readiness_says_which_runtime_serves_queries(client: TestClient[An
 
     assert await runtime() in {"torch", "onnx"}
     await wait_until(on_onnx, timeout_s=120)
+
+
+TORCH_FREE = """
+import asyncio, json, sys
+from pathlib import Path
+from service.engine.embeddings import LocalEmbedder
+
+async def main():
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", artifact_dir=Path(sys.argv[1]))
+    await embedder.load()
+    query = await embedder.embed_query(sys.argv[2])
+    torch_at_first = "torch" in sys.modules
+    long = await embedder.embed_documents([sys.argv[3]])
+    await embedder.close()  # waits for torch, which the long text started loading
+    print(json.dumps({"runtime": embedder.runtime, "torch_at_first": torch_at_first, "torch_after": embedder._model is not None, "query": query, "long": long[0]}))
+
+asyncio.run(main())
+"""
+
+
+async def test_a_new_process_serves_a_checked_export_without_loading_torch(exported: Path) -> None:
+    """The check that passed kept torch's probe vectors beside the export: a new process checks the
+    export against them and serves queries before torch is imported; a text too long for ONNX's
+    fast range is answered by ONNX at once and starts loading torch for the next ones."""
+    assert onnx_encoder.reference_path(exported).is_file()
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", TORCH_FREE, str(MODEL_ARTIFACTS), QUERIES[0], LONG_DOCS[0],
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(child.communicate(), timeout=280)
+    assert child.returncode == 0, err.decode()[-2000:]
+    served = json.loads(out)
+    assert served["runtime"] == "onnx" and served["torch_at_first"] is False, "torch is not imported to serve a query"
+    assert served["torch_after"] is True, "a long text loads torch behind ONNX"
+    assert cosines([served["query"], served["long"]], await torch_vectors([QUERIES[0], LONG_DOCS[0]])).min() >= 0.999
+
+
+async def test_kept_probe_vectors_refuse_an_export_that_disagrees_and_torch_decides(exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A scrambled export beside torch's real probe vectors: refused by them (torch loads), then by torch."""
+    scramble(exported, export_path(tmp_path), seed=11)
+    shutil.copyfile(onnx_encoder.reference_path(exported), onnx_encoder.reference_path(export_path(tmp_path)))
+    with caplog.at_level(logging.INFO):
+        embedder = await settled(tmp_path)
+        assert any("not checked yet" in r.getMessage() and "disagrees with torch" in str(getattr(r, "reason", "")) for r in caplog.records)
+        await assert_torch_serves(embedder, caplog, "disagrees with torch")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service.allocator import limit_arenas
 from service.errors import SettingsError
 from service.logs import configure_logging
 from service.settings import Settings
@@ -394,6 +395,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    limit_arenas()  # before any thread starts (see service.allocator)
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)

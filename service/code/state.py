@@ -43,7 +43,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.code.cache import ChunkCache
+from service.code.cache import CACHE_FILE, ChunkCache
 from service.code.context import RECORD_FORMAT
 from service.code.ingest import SyncProgress, SyncReport, queue_cold, rebuild_trigram, repair_trigram, sync, sync_paths
 from service.code.matchers import MatcherPool
@@ -571,15 +571,20 @@ class Workspaces:
 
     async def counts(self, workspace: Workspace) -> dict[str, int]:
         """``chunks`` (the cache's), ``embedded``, ``pending`` and ``cold`` chunks of the workspace (a
-        cold chunk has no point, or a ``cold`` one an earlier release wrote). A cache that cannot
-        be read counts the store's points instead."""
+        cold chunk has no point, or a ``cold`` one an earlier release wrote). Where this process has
+        no cache of it, or one that cannot be read, the store's points are counted instead."""
         base = workspace_filter(workspace)
         embedded = await self.records.count(base.and_(Match("embed_state", DONE)))
         pending = await self.records.count(base.and_(Match("embed_state", PENDING)))
-        try:
-            with self.cache_view(workspace) as cache:
-                total = cache.chunk_count()
-        except (WorkspaceBroken, sqlite3.Error):
+        total: int | None = None
+        # Not indexed here (another node holds it, or it never was): a count must not create a cache.
+        if self.opened(workspace.id) is not None or (workspace.cache_dir(self.engine.settings) / CACHE_FILE).is_file():
+            try:
+                with self.cache_view(workspace) as cache:
+                    total = cache.chunk_count()
+            except (WorkspaceBroken, sqlite3.Error):
+                total = None
+        if total is None:
             total = await self.records.count(base)
         return {"chunks": total, "embedded": embedded, "pending": pending, "cold": max(total - embedded - pending, 0)}
 

@@ -233,3 +233,18 @@ async def test_points_an_earlier_release_left_lose_their_texts_and_cold_ones_go_
         caplog.clear()
         assert answer_of(await search(client, wid, query="hash_password", mode="lexical")) == before
         assert not any("BM25 terms out of the store" in r.getMessage() or "unembedded chunks" in r.getMessage() for r in caplog.records), "only once"
+
+
+async def test_counting_a_workspace_without_a_cache_here_creates_none(module_settings: Settings, tree: Path) -> None:
+    """A registered workspace this process never indexed (another node's, or not built yet): its
+    counts come from the store, and counting leaves no cache behind."""
+    from service.code.cache import CACHE_FILE
+    from service.code.workspace import SearchConfig
+
+    settings = variant(module_settings, "nocache", embeddings_model=None, workspace_watch=False)
+    async with running_app(settings) as client:
+        workspaces = workspaces_of(client.app[ENGINE])
+        workspace, created = await workspaces.register("user:alice", tree, SearchConfig())
+        assert created
+        assert await workspaces.counts(workspace) == {"chunks": 0, "embedded": 0, "pending": 0, "cold": 0}
+        assert not (workspace.cache_dir(settings) / CACHE_FILE).exists(), "a count opened no cache"

@@ -140,21 +140,28 @@ async def chunked(source: ChunkSource, batches: Sequence[Sequence[WalkedFile]], 
     broken = False
     try:
         for batch in batches:
-            while not broken and len(ahead) < processes * AHEAD and (upcoming := next(following, None)) is not None:
-                ahead.append(asyncio.wrap_future(pool.submit(chunk_batch, source, upcoming), loop=loop))
+            try:
+                while not broken and len(ahead) < processes * AHEAD and (upcoming := next(following, None)) is not None:
+                    ahead.append(asyncio.wrap_future(pool.submit(chunk_batch, source, upcoming), loop=loop))
+            except BrokenProcessPool as exc:  # a worker died before a result said so
+                broken = _broken(broken, exc)
             result = None
             if ahead:
                 try:
                     result = await ahead.popleft()
                 except BrokenProcessPool as exc:
-                    if not broken:
-                        log.warning("a chunking worker died; chunking the rest in the service process", extra={"error": str(exc)})
-                    broken = True
+                    broken = _broken(broken, exc)
             yield result if result is not None else await chunk_here(source, batch)
     finally:
         for future in ahead:
             future.cancel()
         await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+
+
+def _broken(already: bool, exc: BrokenProcessPool) -> bool:
+    if not already:
+        log.warning("a chunking worker died; chunking the rest in the service process", extra={"error": str(exc)})
+    return True
 
 
 __all__ = ["AHEAD", "POOL_MIN_FILES", "ChunkSource", "ChunkedBatch", "chunk_batch", "chunk_here", "chunked", "default_processes"]

@@ -55,10 +55,11 @@ class ChunkSource:
 
 @dataclass
 class ChunkedBatch:
-    """A batch chunked: the files read (one that vanished or cannot be read since the walk is left
-    out, and so treated as deleted), their chunks in file order, and each chunk's BM25 terms."""
+    """A batch chunked: the files read, the paths of those that vanished or cannot be read since
+    the walk (treated as deleted), the chunks in file order, and each chunk's BM25 terms."""
 
     files: list[WalkedFile] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
     chunks: list[CachedChunk] = field(default_factory=list)
     terms: list[str] = field(default_factory=list)
 
@@ -75,10 +76,11 @@ def default_processes() -> int:
 
 
 def chunk_one(source: ChunkSource, walked: WalkedFile, batch: ChunkedBatch) -> None:
-    """Read and chunk one file into ``batch`` (nothing when it cannot be read)."""
+    """Read and chunk one file into ``batch`` (into its ``gone`` when it cannot be read)."""
     try:
         text = (Path(source.root) / walked.path).read_bytes().decode("utf-8", errors="replace")
     except OSError:
+        batch.gone.append(walked.path)
         return
     batch.files.append(walked)
     occurrences: dict[str, int] = {}

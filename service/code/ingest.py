@@ -194,16 +194,12 @@ async def _write_changes(
             progress(0, len(changed))
         if batches and (deadline is None or time.monotonic() <= deadline):
             workers = default_processes() if processes is None else processes
-            done_batches = 0
             async with aclosing(chunked(source, batches, workers)) as results:
                 async for batch in results:
-                    listed = batches[done_batches]
-                    done_batches += 1
-                    read = {f.path for f in batch.files}
-                    await writer.apply(batch.files, [f.path for f in listed if f.path not in read], batch.chunks, batch.terms)
+                    await writer.apply(batch.files, batch.gone, batch.chunks, batch.terms)
                     report.files_added += sum(1 for f in batch.files if f.path not in known)
                     report.files_changed += sum(1 for f in batch.files if f.path in known)
-                    done += len(listed)
+                    done += len(batch.files) + len(batch.gone)
                     if progress is not None:
                         progress(done, len(changed))
                     if deadline is not None and time.monotonic() > deadline:

@@ -63,6 +63,7 @@ async def test_worker_processes_chunk_a_large_build_as_the_service_process_would
     assert _flat(got) == expected
     paths, chunks, terms = expected
     assert len(paths) == FILES and "pkg0/vanished.py" not in paths, "a file gone since the walk is left out"
+    assert [path for b in got for path in b.gone] == ["pkg0/vanished.py"], "and named as gone (deleted)"
     assert len(chunks) == len(terms) >= FILES
     assert any("ledger" in t.split() for t in terms)
 

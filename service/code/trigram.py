@@ -14,12 +14,14 @@ the answer is ``None`` and the caller scans every file in scope.
 
 A regex match may cross chunk boundaries, so regex candidates are *files*: a file is a candidate
 when the requirement over lines (``line_requirement``) holds over the pieces its chunks hold
-(``AllOf`` may be met by different chunks of the file).
+(``AllOf`` may be met by different chunks of the file). A match that cannot hold a newline lies
+in one chunk, so for such a pattern the requirement is asked of each chunk whole.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,7 +31,15 @@ from pathlib import Path
 import tantivy
 
 from service.code.model import dirs_of
-from service.code.prefilter import MIN_LITERAL_CHARS, AllOf, AnyOf, Requirement, line_requirement, required_literals
+from service.code.prefilter import (
+    MIN_LITERAL_CHARS,
+    AllOf,
+    AnyOf,
+    Requirement,
+    line_requirement,
+    required_literals,
+    scan_plan,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -212,9 +222,19 @@ class TrigramIndex:
 
     def candidate_paths(self, pattern: str, limit: int, *, ignore_case: bool = False) -> set[str] | None:
         """Files whose whole text may match ``pattern`` (a superset); None when nothing can be
-        required, or a literal is in more than ``limit`` chunks (then every file is scanned)."""
+        required, or the chunks to read are ``limit`` or more (then every file is scanned).
+
+        A match that holds no newline lies in one line, and a line in one chunk: then the chunks
+        holding all the required literals together are asked for at once (one query, far fewer
+        chunks than those of each literal). A match that may span lines can have its literals in
+        different chunks of a file, so each literal's files are found alone and combined."""
         requirement = line_requirement(required_literals(pattern, ignore_case=ignore_case))
-        return None if requirement is None else self._paths(requirement, limit)
+        if requirement is None:
+            return None
+        plan = scan_plan(pattern, re.IGNORECASE if ignore_case else 0)
+        if plan is not None and plan.single_line:
+            return self._literal_paths(requirement, limit)
+        return self._paths(requirement, limit)
 
     def _paths(self, requirement: Requirement, limit: int) -> set[str] | None:
         """Files meeting ``requirement`` over their chunks; None: unknown (too many hits)."""
@@ -226,11 +246,11 @@ class TrigramIndex:
             return None if len(known) < len(parts) else set().union(*known)
         return set.intersection(*known) if known else None
 
-    def _literal_paths(self, literal: str, limit: int) -> set[str] | None:
-        """The files of the chunks holding every trigram of ``literal``; None when ``limit`` chunks
-        or more hold them. One terms aggregation over the path fast field: each chunk has one path,
-        so the buckets' counts add up to the chunks found."""
-        query = tantivy.Query.const_score_query(_to_query(literal), 1.0)
+    def _literal_paths(self, requirement: Requirement, limit: int) -> set[str] | None:
+        """The files of the chunks meeting ``requirement`` (a literal: every one of its trigrams);
+        None when ``limit`` chunks or more do. One terms aggregation over the path fast field: each
+        chunk has one path, so the buckets' counts add up to the chunks found."""
+        query = tantivy.Query.const_score_query(_to_query(requirement), 1.0)
         aggregation = {_PATH: {"terms": {"field": _PATH, "size": limit, "segment_size": limit}}}
         result = self._index.searcher().aggregate(query, aggregation)[_PATH]
         buckets = result.get("buckets", [])

@@ -399,6 +399,9 @@ def test_file_candidates_join_the_chunks_of_a_file(tmp_path: Path) -> None:
         index.add([("a#1", "a.py", "def alpha():\n    return 1", ""), ("a#4", "a.py", "def beta():\n    return 2", ""), ("b#1", "b.py", "def alpha(): pass", "")])
         index.commit()
         assert index.candidate_paths("(?s)alpha.*beta", 10) == {"a.py"}  # the two literals lie in two chunks
+        # Without (?s) a match lies in one line, so in one chunk: no chunk holds both literals.
+        assert index.candidate_paths("alpha.*beta", 10) == set()
+        assert index.candidate_paths("def alpha.*pass", 10) == {"b.py"}
         assert index.candidate_paths("return 1\n\ndef beta", 10) == {"a.py"}
         assert index.candidate_paths("alpha|gamma", 10) == {"a.py", "b.py"}
         assert index.candidate_paths("alpha", 1) is None  # more chunks hold it than the limit: scan every file

@@ -54,6 +54,7 @@ MEMORY_LIMIT_BYTES = 2 << 30  # a pattern that makes re allocate without bound f
 NICENESS = 10
 PROGRESS_EVERY_S = 0.005  # how often files without a match are reported done
 IDLE_EXIT_S = 300.0  # a process without a request this long ends itself
+GUIDED_LINE_SHARE = 0.25  # lines holding a literal, at most, for a guided scan to beat a plain one
 
 
 class Guide:
@@ -67,6 +68,15 @@ class Guide:
         self._literals = None if ignore_case else list(dict.fromkeys(literals))
         alternation = "|".join(re.escape(literal) for literal in sorted(set(literals), key=len, reverse=True))
         self._any = re.compile(alternation, re.IGNORECASE if ignore_case else 0)
+
+    def worth_it(self, text: str) -> bool:
+        """Whether guiding beats ``re``'s own search in ``text``: each line holding a literal costs
+        a few calls here, so not when they are over ``GUIDED_LINE_SHARE`` of its lines (a literal
+        as common as a space). A literal found ignoring case is not counted: always guided."""
+        if self._literals is None:
+            return True
+        hits = sum(text.count(literal) for literal in self._literals)
+        return hits <= GUIDED_LINE_SHARE * (text.count("\n") + 1)
 
     @classmethod
     def of(cls, plan: dict[str, Any] | None) -> Guide | None:
@@ -107,9 +117,10 @@ def line_matches(pattern: re.Pattern[str], text: str, max_matches: int, guide: G
     at most ``max_matches``, in line order (a match spanning lines counts on its first line).
 
     With a ``guide``, a text holding none of its literals has no match, and when no match holds a
-    newline only the lines holding a literal are matched (``guided_line_matches``): the same lines."""
+    newline only the lines holding a literal are matched (``guided_line_matches``, unless they are
+    most lines: ``Guide.worth_it``): the same lines."""
     if guide is not None:
-        if guide.single_line:
+        if guide.single_line and guide.worth_it(text):
             return guided_line_matches(pattern, text, max_matches, guide)
         if guide.finder(text)(0) < 0:
             return []
@@ -155,10 +166,16 @@ def guided_line_matches(pattern: re.Pattern[str], text: str, max_matches: int, g
 
 
 def scan_compile(pattern: str, flags: int) -> re.Pattern[str]:
-    """``re.compile(pattern, flags)``, or the same pattern with a leading repeat of one character
-    class or character cut into that character and the rest (``[0-9]{4}`` as ``[0-9][0-9]{3}``):
-    the same matches, but ``re`` then skips ahead to the characters a match can start with
-    instead of trying every position."""
+    """``re.compile(pattern, flags)``, or a pattern that starts a match on the same lines (the lines
+    ``line_matches`` reports: searched from each line's start) but tries fewer positions. A leading
+    repeat of one character class or character:
+
+    - without an upper bound, of characters that are never a newline, gets a lookbehind that no
+      such character precedes (``(?<![a-z])[a-z]+\\d``): where a match starts inside a run of them,
+      one starts at the run's start too (the repeat takes the run's first characters as well), and
+      a run never holds a line's start, so the first match from a line's start is the same;
+    - is cut into that character and the rest (``[0-9]{4}`` as ``[0-9][0-9]{3}``): the same
+      matches, but ``re`` then skips ahead to the characters a match can start with."""
     compiled = re.compile(pattern, flags)
     try:
         from re import _compiler, _constants, _parser  # type: ignore[attr-defined]
@@ -168,10 +185,19 @@ def scan_compile(pattern: str, flags: int) -> re.Pattern[str]:
         if op not in (_constants.MAX_REPEAT, _constants.MIN_REPEAT, getattr(_constants, "POSSESSIVE_REPEAT", None)):
             return compiled
         low, high, body = arg
-        if low < 1 or len(body.data) != 1 or body.data[0][0] not in (_constants.IN, _constants.LITERAL):
+        if len(body.data) != 1 or body.data[0][0] not in (_constants.IN, _constants.LITERAL, _constants.ANY, _constants.NOT_LITERAL):
             return compiled
-        rest_high = high if high == _constants.MAXREPEAT else high - 1
-        parsed.data[0:1] = [body.data[0], *([(op, (low - 1, rest_high, body))] if rest_high else [])]
+        item = body.data[0]
+        run_start = high == _constants.MAXREPEAT and _compiler.compile(_parser.SubPattern(parsed.state, [item]), flags).fullmatch("\n") is None
+        if low >= 1 and item[0] in (_constants.IN, _constants.LITERAL):
+            # The character first (re skips ahead to it), then: not preceded by another (two back).
+            rest_high = high if high == _constants.MAXREPEAT else high - 1
+            after = [(_constants.ASSERT_NOT, (-1, _parser.SubPattern(parsed.state, [item, item])))] if run_start else []
+            parsed.data[0:1] = [item, *after, *([(op, (low - 1, rest_high, body))] if rest_high else [])]
+        elif run_start:
+            parsed.data[0:0] = [(_constants.ASSERT_NOT, (-1, _parser.SubPattern(parsed.state, [item])))]
+        else:
+            return compiled
         faster: re.Pattern[str] = _compiler.compile(parsed, flags)
     except Exception:  # an internal of re changed: the plain compile serves
         return compiled

@@ -100,13 +100,28 @@ def test_scan_plans_of_typical_patterns(pattern: str, flags: int, expected: Scan
     assert scan_plan(compiled.pattern, compiled.flags) == expected
 
 
-@pytest.mark.parametrize("pattern", [r"[0-9]{4}-[0-9]{2}", r"\d{2,}", r"a+?b", r"[xy]{1,3}+z", r"x{2}", r"(x){2}", r"\w+Error"])
-def test_the_leading_repeat_rewrite_finds_the_same_matches(pattern: str) -> None:
-    text = "2024-01-02 xxz aab x xx 99 ValueError yyyz\n" * 3
+@pytest.mark.parametrize(
+    "pattern",
+    [r"[0-9]{4}-[0-9]{2}", r"\d{2,}", r"a+?b", r"[xy]{1,3}+z", r"x{2}", r"(x){2}", r"\w+Error", r"[ \t]+$", r".*Error", r"a+?", r"\w*y", r"[^\n]+z", r"(?i)[A-Z]+z", r"\s+x"],
+)
+def test_the_leading_repeat_rewrite_finds_the_same_lines(pattern: str) -> None:
+    """Cut and run-start lookbehind alike: the same lines, from the whole text and from each line's
+    start, though ``a+?`` now matches once per run of ``a`` where it matched at every ``a``."""
+    text = "2024-01-02 xxz aab x xx 99 ValueError yyyz  \n\taaa\t\n  \n" * 3 + "y ValueError"
     compiled = re.compile(pattern, re.MULTILINE)
     faster = scan_compile(compiled.pattern, compiled.flags)
-    assert [m.span() for m in faster.finditer(text)] == [m.span() for m in compiled.finditer(text)]
+    assert line_matches(faster, text, 100) == line_matches(compiled, text, 100) != []
+    starts = [0, *(index + 1 for index, char in enumerate(text) if char == "\n")]
+    assert [bool(faster.search(text, start, text.find("\n", start) + 1 or len(text))) for start in starts] == [
+        bool(compiled.search(text, start, text.find("\n", start) + 1 or len(text))) for start in starts
+    ]
     assert faster.groups == compiled.groups
+
+
+def test_a_leading_run_is_tried_at_its_start_alone() -> None:
+    """The lookbehind is there: a match no longer starts inside a run of its leading class."""
+    assert [m.start() for m in scan_compile(r"a+?", re.MULTILINE).finditer("aaa ba")] == [0, 5]
+    assert [m.start() for m in scan_compile(r"\s+x", re.MULTILINE).finditer("  \n x")] == [0]  # a newline: left as it was
 
 
 def test_a_file_without_a_planned_literal_is_not_matched_and_guided_lines_are_numbered_as_plain() -> None:
@@ -144,3 +159,17 @@ async def test_the_matching_process_answers_the_same_with_and_without_a_plan(poo
         unplanned = await pool.run(dict(request, plan=None), time.monotonic() + 10)
         assert planned.error is None and planned.found == unplanned.found and planned.scanned == unplanned.scanned == 3, pattern
         assert planned.found, pattern
+
+
+def test_a_literal_on_most_lines_is_left_to_re_and_a_rare_one_guides() -> None:
+    """Guiding costs a few calls per line holding a literal: past a quarter of the lines (a space
+    in indented code) ``re``'s own search is faster, with the same lines."""
+    text = "def f():\n    x = 1\n    return x  \n" * 50 + "y = 2024-01\n"
+    compiled = regex_compile(r"[ \t]+$")
+    spaces = Guide.of(scan_plan(compiled.pattern, compiled.flags).as_dict())  # type: ignore[union-attr]
+    assert spaces is not None and not spaces.worth_it(text)
+    assert line_matches(compiled, text, 500, spaces) == plain(compiled, text, 500) != []
+    dates = regex_compile(r"[0-9]{4}-[0-9]{2}")
+    dash = Guide.of(scan_plan(dates.pattern, dates.flags).as_dict())  # type: ignore[union-attr]
+    assert dash is not None and dash.worth_it(text)
+    assert line_matches(dates, text, 10, dash) == [(151, "y = 2024-01")] == plain(dates, text, 10)

@@ -21,7 +21,9 @@ the build. Then, in markdown tables:
    for a literal) and the median of 3 of ``rg -l`` on the same tree (``-F`` for a literal): every
    file holding a match, rg's fastest complete answer (it stops reading a file at its first
    match; ``-c`` or ``-n`` would only cost it more). The ratio is service / rg per query (below 1:
-   the service is faster), with the median and the worst;
+   the service is faster), with the median and the worst; then, measured alike and reported
+   apart, 7 regexes no trigram narrows (every file in scope is a candidate: Python's ``re``
+   alone against ripgrep's engine);
 3. a one-line edit (a fresh name appended to a file): the time until a literal search finds it;
 4. ``--ten``: ten workspaces of about ``--limit-mb / 10`` MB each (25 MB at full size) registered,
    indexed, the service restarted and one of them searched: memory at each step.
@@ -74,6 +76,17 @@ QUERIES: tuple[tuple[str, bool], ...] = (
     (r"self\.\w+ = None", True),
     ("except Exception", False),
     (r"[0-9]{4}-[0-9]{2}", True),
+)
+# Regexes no trigram narrows (no literal of 3 characters is required), so every file in scope is
+# a candidate: Python's ``re`` alone against ripgrep's engine, reported apart from the set above.
+UNGUIDED_QUERIES: tuple[tuple[str, bool], ...] = (
+    (r"[ \t]+$", True),
+    (r"[a-z]+[0-9]{3,}[a-z]+", True),
+    (r"\d+\.\d+\.\d+\.\d+", True),
+    (r"^\s*#\s*\w+:\s*\d+$", True),
+    (r"\w+_\w+_\w+_\w+_\w+_\w+", True),
+    (r"[A-Z_]{12,}", True),
+    (r"0x[0-9a-f]{8}", True),
 )
 
 
@@ -269,6 +282,7 @@ class ScaleResult:
     first_query_ms: float = 0.0
     first_query_after_restart_ms: float = 0.0
     queries: list[dict[str, Any]] = field(default_factory=list)
+    unguided: list[dict[str, Any]] = field(default_factory=list)  # UNGUIDED_QUERIES, measured alike
     rg_available: bool = False
     edit_found_ms: float | None = None
     ten: dict[str, Memory] = field(default_factory=dict)
@@ -284,7 +298,15 @@ def _median(values: Sequence[float]) -> float:
 
 
 async def measure_queries(http: aiohttp.ClientSession, base: str, workspace: str, tree: Path, result: ScaleResult) -> None:
-    for query, regex in QUERIES:
+    """``QUERIES`` into ``result.queries``, then ``UNGUIDED_QUERIES`` into ``result.unguided``."""
+    await _measure(http, base, workspace, tree, result, QUERIES, result.queries)
+    await _measure(http, base, workspace, tree, result, UNGUIDED_QUERIES, result.unguided)
+
+
+async def _measure(
+    http: aiohttp.ClientSession, base: str, workspace: str, tree: Path, result: ScaleResult, queries: Sequence[tuple[str, bool]], into: list[dict[str, Any]]
+) -> None:
+    for query, regex in queries:
         ours = []
         hits = 0
         failed = 0
@@ -301,7 +323,7 @@ async def measure_queries(http: aiohttp.ClientSession, base: str, workspace: str
         theirs = [t for t in (rg_ms(tree, query, regex) for _ in range(REPEATS)) if t is not None]
         ours_ms = _median(ours)
         rg_median = _median(theirs) if theirs else None
-        result.queries.append(
+        into.append(
             {
                 "query": query,
                 "regex": regex,
@@ -405,18 +427,22 @@ def report(result: ScaleResult, tree_mb: float) -> None:
         table("Ten workspaces registered, one searched (the service process)", ["when", "RssAnon MB", "VmRSS MB"], [[when, *m.cells()] for when, m in result.ten.items()])
 
 
-def report_queries(result: ScaleResult) -> None:
+def _query_rows(queries: Sequence[dict[str, Any]]) -> list[list[Any]]:
     rows = []
-    for q in result.queries:
+    for q in queries:
         rg_cell = f"{q['rg_ms']:.0f}" if q["rg_ms"] is not None else "rg not installed"
         ratio = f"{q['ratio']:.2f}" if q["ratio"] is not None else "-"
         rows.append([f"`{q['query']}`", "regex" if q["regex"] else "literal", q["results"], f"{q['ms']:.0f}", rg_cell, ratio])
+    return rows
+
+
+def report_queries(result: ScaleResult) -> None:
     ratios = result.ratios()
-    table(
-        f"Queries, median of {REPEATS} (service: HTTP, limit 20; rg -l over the same tree{'' if result.rg_available else ', rg not installed'})",
-        ["query", "kind", "results", "service ms", "rg -l ms", "service / rg"],
-        rows,
-    )
+    against = f"rg -l over the same tree{'' if result.rg_available else ', rg not installed'}"
+    columns = ["query", "kind", "results", "service ms", "rg -l ms", "service / rg"]
+    table(f"Queries, median of {REPEATS} (service: HTTP, limit 20; {against})", columns, _query_rows(result.queries))
+    if result.unguided:
+        table(f"Regexes no trigram narrows, median of {REPEATS} (every file in scope a candidate; {against})", columns, _query_rows(result.unguided))
     for note in result.notes:
         print(f"- {note}")
     if result.notes:
@@ -424,6 +450,10 @@ def report_queries(result: ScaleResult) -> None:
     if ratios:
         worst = max(result.queries, key=lambda q: q["ratio"] or 0.0)
         print(f"_service / rg: median {_median(ratios):.2f}, worst {worst['ratio']:.2f} (`{worst['query']}`); first query {result.first_query_ms:.0f} ms_\n")
+    unguided = [q for q in result.unguided if q["ratio"] is not None]
+    if unguided:
+        slowest = max(unguided, key=lambda q: q["ratio"])
+        print(f"_regexes no trigram narrows, service / rg: median {_median([q['ratio'] for q in unguided]):.2f}, worst {slowest['ratio']:.2f} (`{slowest['query']}`)_\n")
 
 
 async def queries_again(http: aiohttp.ClientSession, workdir: Path, tree: Path, result: ScaleResult) -> None:

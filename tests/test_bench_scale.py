@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_code_scale import QUERIES, SMALL_MB, build_tree, run
+from bench.bench_code_scale import QUERIES, SMALL_MB, UNGUIDED_QUERIES, build_tree, run
 
 
 def holds(tree: Path, query: str, regex: bool) -> bool:
@@ -37,19 +37,20 @@ def test_the_small_scale_bench_measures_the_service_and_ripgrep_on_the_same_tree
     assert not any("scale_bench_edit_" in p.read_text() for p in tree.rglob("*.py"))  # the edit is undone
 
     assert [(q["query"], q["regex"]) for q in result.queries] == list(QUERIES)
-    for q in result.queries:
+    assert [(q["query"], q["regex"]) for q in result.unguided] == list(UNGUIDED_QUERIES)
+    for q in [*result.queries, *result.unguided]:
         # The service finds a query exactly when the tree holds it.
         assert (q["results"] > 0) == holds(tree, q["query"], q["regex"]), q
     rg_installed = shutil.which("rg") is not None
     assert result.rg_available == rg_installed
-    assert all((q["rg_ms"] is not None) == rg_installed and (q["ratio"] is not None) == rg_installed for q in result.queries)
+    assert all((q["rg_ms"] is not None) == rg_installed and (q["ratio"] is not None) == rg_installed for q in [*result.queries, *result.unguided])
     if rg_installed:
-        assert all(q["ratio"] == pytest.approx(q["ms"] / q["rg_ms"]) for q in result.queries)
-        assert "_service / rg: median " in printed
+        assert all(q["ratio"] == pytest.approx(q["ms"] / q["rg_ms"]) for q in [*result.queries, *result.unguided])
+        assert "_service / rg: median " in printed and "_regexes no trigram narrows, service / rg: median " in printed
     else:
         assert "rg not installed" in printed
 
     assert list(result.ten) == ["10 indexed", "after a restart, before any search", "after a restart, one workspace searched"]
     assert all(m.rss_anon_mb > 0 for m in result.ten.values())
-    for title in ("### Lexical index build", "### Disk: blocks in use", "### Service memory", "### Queries, median of 3", "### Ten workspaces registered"):
+    for title in ("### Lexical index build", "### Disk: blocks in use", "### Service memory", "### Queries, median of 3", "### Regexes no trigram narrows", "### Ten workspaces registered"):
         assert title in printed

@@ -54,7 +54,7 @@ MEMORY_LIMIT_BYTES = 2 << 30  # a pattern that makes re allocate without bound f
 NICENESS = 10
 PROGRESS_EVERY_S = 0.005  # how often files without a match are reported done
 IDLE_EXIT_S = 300.0  # a process without a request this long ends itself
-GUIDED_LINE_SHARE = 0.25  # lines holding a literal, at most, for a guided scan to beat a plain one
+GUIDED_LINE_SHARE = 0.5  # a literal's occurrences per line, at most, for a guided scan to beat a plain one
 
 
 class Guide:
@@ -71,8 +71,8 @@ class Guide:
 
     def worth_it(self, text: str) -> bool:
         """Whether guiding beats ``re``'s own search in ``text``: each line holding a literal costs
-        a few calls here, so not when they are over ``GUIDED_LINE_SHARE`` of its lines (a literal
-        as common as a space). A literal found ignoring case is not counted: always guided."""
+        a few calls here, so not when the literals occur more than ``GUIDED_LINE_SHARE`` times per
+        line (one as common as a space). A literal found ignoring case is not counted: guided."""
         if self._literals is None:
             return True
         hits = sum(text.count(literal) for literal in self._literals)

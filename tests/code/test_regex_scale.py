@@ -162,8 +162,8 @@ async def test_the_matching_process_answers_the_same_with_and_without_a_plan(poo
 
 
 def test_a_literal_on_most_lines_is_left_to_re_and_a_rare_one_guides() -> None:
-    """Guiding costs a few calls per line holding a literal: past a quarter of the lines (a space
-    in indented code) ``re``'s own search is faster, with the same lines."""
+    """Guiding costs a few calls per line holding a literal: past half as many occurrences as
+    lines (a space in indented code) ``re``'s own search is faster, with the same lines."""
     text = "def f():\n    x = 1\n    return x  \n" * 50 + "y = 2024-01\n"
     compiled = regex_compile(r"[ \t]+$")
     spaces = Guide.of(scan_plan(compiled.pattern, compiled.flags).as_dict())  # type: ignore[union-attr]

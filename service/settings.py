@@ -78,9 +78,9 @@ class Settings:
     workspace_watch: bool = True
     """Watch open workspaces' roots and re-index changed files at once (off: revalidate by mtime on search)."""
     workspace_idle_close_s: float = 600.0
+    """A workspace's chunk cache, trigram index and watcher close after this long without a search or index."""
     index_processes: int | None = None
     """Worker processes that chunk files while a large workspace build writes; None: as many as the CPUs (at most 4); 0: none."""
-    """A workspace's chunk cache, trigram index and watcher close after this long without a search or index."""
     request_deadline_s: float = 20.0
     client_max_size: int = 8 * 1024 * 1024
     rerank_enabled: bool = False

@@ -92,13 +92,20 @@ def scan_plan(pattern: str, flags: int) -> ScanPlan | None:
     if requirement is None:
         return None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            parsed = sre_parse.parse(pattern, flags & ~re.IGNORECASE)
-        single_line = not _may_hold_newline(list(parsed), parsed.state.flags)
+        one_line = single_line(pattern, flags)
     except (re.error, RecursionError, OverflowError):
         return None
-    return ScanPlan(_alternatives(requirement), ignore_case, single_line)
+    return ScanPlan(_alternatives(requirement), ignore_case, one_line)
+
+
+@lru_cache(maxsize=256)
+def single_line(pattern: str, flags: int) -> bool:
+    """Whether no match of ``pattern`` compiled with ``flags`` can hold a newline (False when unsure);
+    raises ``re.error`` for a pattern that does not parse."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parsed = sre_parse.parse(pattern, flags & ~re.IGNORECASE)
+    return not _may_hold_newline(list(parsed), parsed.state.flags)
 
 
 def _alternatives(requirement: Requirement) -> tuple[str, ...]:

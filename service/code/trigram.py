@@ -38,7 +38,7 @@ from service.code.prefilter import (
     Requirement,
     line_requirement,
     required_literals,
-    scan_plan,
+    single_line,
 )
 
 logger = logging.getLogger(__name__)
@@ -231,22 +231,21 @@ class TrigramIndex:
         requirement = line_requirement(required_literals(pattern, ignore_case=ignore_case))
         if requirement is None:
             return None
-        plan = scan_plan(pattern, re.IGNORECASE if ignore_case else 0)
-        if plan is not None and plan.single_line:
-            return self._literal_paths(requirement, limit)
+        if single_line(pattern, re.IGNORECASE if ignore_case else 0):
+            return self._chunk_paths(requirement, limit)
         return self._paths(requirement, limit)
 
     def _paths(self, requirement: Requirement, limit: int) -> set[str] | None:
         """Files meeting ``requirement`` over their chunks; None: unknown (too many hits)."""
         if isinstance(requirement, str):
-            return self._literal_paths(requirement, limit)
+            return self._chunk_paths(requirement, limit)
         parts = [self._paths(part, limit) for part in requirement.parts]
         known = [part for part in parts if part is not None]
         if isinstance(requirement, AnyOf):
             return None if len(known) < len(parts) else set().union(*known)
         return set.intersection(*known) if known else None
 
-    def _literal_paths(self, requirement: Requirement, limit: int) -> set[str] | None:
+    def _chunk_paths(self, requirement: Requirement, limit: int) -> set[str] | None:
         """The files of the chunks meeting ``requirement`` (a literal: every one of its trigrams);
         None when ``limit`` chunks or more do. One terms aggregation over the path fast field: each
         chunk has one path, so the buckets' counts add up to the chunks found."""

@@ -54,7 +54,7 @@ MEMORY_LIMIT_BYTES = 2 << 30  # a pattern that makes re allocate without bound f
 NICENESS = 10
 PROGRESS_EVERY_S = 0.005  # how often files without a match are reported done
 IDLE_EXIT_S = 300.0  # a process without a request this long ends itself
-GUIDED_LINE_SHARE = 0.5  # a literal's occurrences per line, at most, for a guided scan to beat a plain one
+GUIDE_SPAN = 512  # characters after a line holding a literal that a guided scan searches in the same call
 
 
 class Guide:
@@ -68,15 +68,6 @@ class Guide:
         self._literals = None if ignore_case else list(dict.fromkeys(literals))
         alternation = "|".join(re.escape(literal) for literal in sorted(set(literals), key=len, reverse=True))
         self._any = re.compile(alternation, re.IGNORECASE if ignore_case else 0)
-
-    def worth_it(self, text: str) -> bool:
-        """Whether guiding beats ``re``'s own search in ``text``: each line holding a literal costs
-        a few calls here, so not when the literals occur more than ``GUIDED_LINE_SHARE`` times per
-        line (one as common as a space). A literal found ignoring case is not counted: guided."""
-        if self._literals is None:
-            return True
-        hits = sum(text.count(literal) for literal in self._literals)
-        return hits <= GUIDED_LINE_SHARE * (text.count("\n") + 1)
 
     @classmethod
     def of(cls, plan: dict[str, Any] | None) -> Guide | None:
@@ -117,10 +108,9 @@ def line_matches(pattern: re.Pattern[str], text: str, max_matches: int, guide: G
     at most ``max_matches``, in line order (a match spanning lines counts on its first line).
 
     With a ``guide``, a text holding none of its literals has no match, and when no match holds a
-    newline only the lines holding a literal are matched (``guided_line_matches``, unless they are
-    most lines: ``Guide.worth_it``): the same lines."""
+    newline only the lines holding a literal are matched (``guided_line_matches``): the same lines."""
     if guide is not None:
-        if guide.single_line and guide.worth_it(text):
+        if guide.single_line:
             return guided_line_matches(pattern, text, max_matches, guide)
         if guide.finder(text)(0) < 0:
             return []
@@ -141,11 +131,14 @@ def line_matches(pattern: re.Pattern[str], text: str, max_matches: int, guide: G
     return matches
 
 
-def guided_line_matches(pattern: re.Pattern[str], text: str, max_matches: int, guide: Guide) -> list[tuple[int, str]]:
+def guided_line_matches(pattern: re.Pattern[str], text: str, max_matches: int, guide: Guide, span: int = GUIDE_SPAN) -> list[tuple[int, str]]:
     """``line_matches`` of a pattern none of whose matches holds a newline: a match lies inside
-    its line and holds a literal of ``guide``, so only the lines holding one are tried, each up
-    to and with its newline (``endpos``: nothing a match there reads lies past it; what lies
-    before the line is seen as ever, for ``\\b``, ``^`` and lookbehinds)."""
+    its line and holds a literal of ``guide``, so the text between a line holding one and the next
+    such line is skipped. From each line holding a literal, ``re`` searches that line and the
+    lines up to ``span`` characters after it in one call (where such lines are dense, one call per
+    block instead of one per line; a match found in the block holds a literal all the same), up to
+    and with the block's last newline (``endpos``: nothing a match there reads lies past it; what
+    lies before is seen as ever, for ``\\b``, ``^`` and lookbehinds)."""
     matches: list[tuple[int, str]] = []
     position, line_no, counted_to, size = 0, 1, 0, len(text)
     find = guide.finder(text)
@@ -153,14 +146,20 @@ def guided_line_matches(pattern: re.Pattern[str], text: str, max_matches: int, g
         hit = find(position)
         if hit < 0:
             break
-        line_start = text.rfind("\n", 0, hit) + 1
-        line_end = text.find("\n", hit)
+        block_start = text.rfind("\n", 0, hit) + 1
+        block_end = text.find("\n", min(hit + span, size))
+        block_end = size if block_end < 0 else block_end
+        found = pattern.search(text, block_start, block_end + 1)
+        if found is None or found.start() > block_end:
+            position = block_end + 1
+            continue
+        start = found.start()
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", start)
         line_end = size if line_end < 0 else line_end
-        found = pattern.search(text, line_start, line_end + 1)
-        if found is not None and found.start() <= line_end:
-            line_no += text.count("\n", counted_to, line_start)
-            counted_to = line_start
-            matches.append((line_no, text[line_start:line_end][:MAX_LINE_CHARS]))
+        line_no += text.count("\n", counted_to, line_start)
+        counted_to = line_start
+        matches.append((line_no, text[line_start:line_end][:MAX_LINE_CHARS]))
         position = line_end + 1
     return matches
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from service.code.matchers import MatcherPool
 from service.code.pattern import regex_compile
 from service.code.prefilter import ScanPlan, scan_plan
-from service.code.rematch import Guide, line_matches, scan_compile
+from service.code.rematch import Guide, guided_line_matches, line_matches, scan_compile
 
 PIECES = st.sampled_from(
     [
@@ -161,15 +161,29 @@ async def test_the_matching_process_answers_the_same_with_and_without_a_plan(poo
         assert planned.found, pattern
 
 
-def test_a_literal_on_most_lines_is_left_to_re_and_a_rare_one_guides() -> None:
-    """Guiding costs a few calls per line holding a literal: past half as many occurrences as
-    lines (a space in indented code) ``re``'s own search is faster, with the same lines."""
-    text = "def f():\n    x = 1\n    return x  \n" * 50 + "y = 2024-01\n"
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(PIECES, min_size=1, max_size=5), lines=st.lists(st.text(alphabet=ALPHABET.replace("\n", ""), max_size=30), min_size=1, max_size=12), span=st.sampled_from([0, 1, 7, 40, 512]), limit=st.sampled_from([1, 3, 50]))
+def test_a_guided_scan_answers_the_same_lines_whatever_its_blocks(pieces: list[str], lines: list[str], span: int, limit: int) -> None:
+    """A guided scan searches from each line holding a literal through ``span`` characters more in
+    one call: blocks that end inside, at or past a matching line give the lines a plain scan gives."""
+    compiled = regex_compile("".join(pieces))
+    plan = scan_plan(compiled.pattern, compiled.flags)
+    if plan is None or not plan.single_line:
+        return
+    guide = Guide.of(plan.as_dict())
+    assert guide is not None
+    text = "\n".join(lines)
+    assert guided_line_matches(compiled, text, limit, guide, span) == plain(compiled, text, limit), (compiled.pattern, text, span)
+
+
+def test_dense_literal_lines_are_searched_a_block_at_a_time() -> None:
+    """A space on every line (``[ \\t]+$``): one search call per block of lines, not per line, and
+    the same lines as a plain scan, the last line of a block included."""
+    text = "def f():\n    x = 1\n    return x  \n" * 50 + "y = 2\t\n"
     compiled = regex_compile(r"[ \t]+$")
-    spaces = Guide.of(scan_plan(compiled.pattern, compiled.flags).as_dict())  # type: ignore[union-attr]
-    assert spaces is not None and not spaces.worth_it(text)
-    assert line_matches(compiled, text, 500, spaces) == plain(compiled, text, 500) != []
-    dates = regex_compile(r"[0-9]{4}-[0-9]{2}")
-    dash = Guide.of(scan_plan(dates.pattern, dates.flags).as_dict())  # type: ignore[union-attr]
-    assert dash is not None and dash.worth_it(text)
-    assert line_matches(dates, text, 10, dash) == [(151, "y = 2024-01")] == plain(dates, text, 10)
+    guide = Guide.of(scan_plan(compiled.pattern, compiled.flags).as_dict())  # type: ignore[union-attr]
+    assert guide is not None
+    expected = plain(compiled, text, 500)
+    assert len(expected) == 51 and expected[-1] == (151, "y = 2\t")
+    for span in (0, 30, 512, 10_000):
+        assert guided_line_matches(compiled, text, 500, guide, span) == expected

@@ -246,6 +246,7 @@ class LineMatch:
 class RegexOutcome:
     matches: list[LineMatch] = field(default_factory=list)
     files_scanned: int = 0
+    files_ruled_out: int = 0  # scanned files the linear screen left unmatched by re (no match there)
     candidates: int | None = None  # None: no trigram could be required, every file was scanned
     timed_out: bool = False
     truncated: bool = False
@@ -283,7 +284,7 @@ async def regex_search(
         "files": [{"path": path} for path in paths],
     }
     run = await run_matcher(request, deadline, matchers)
-    outcome.files_scanned, outcome.timed_out, outcome.error = run.scanned, run.timed_out, run.error
+    outcome.files_scanned, outcome.files_ruled_out, outcome.timed_out, outcome.error = run.scanned, run.ruled_out, run.timed_out, run.error
     found = [(paths[index], line, text) for index, lines in run.found for line, text in lines]
     if len(found) > limit:
         found = found[:limit]

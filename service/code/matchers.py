@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -46,12 +47,25 @@ _SCRIPT = Path(__file__).with_name("rematch.py")  # run as a script, never impor
 _READ_BYTES = 1 << 16
 
 
+def _site_args() -> list[str]:
+    """``--site DIR`` where the optional ``re2`` module is installed: the process runs without site
+    packages, and finds its linear-time screen there (``rematch.LinearScreen``)."""
+    spec = importlib.util.find_spec("re2")
+    if spec is None or spec.origin is None:
+        return []
+    return ["--site", str(Path(spec.origin).parent.parent)]
+
+
+_SITE_ARGS = _site_args()
+
+
 @dataclass
 class MatchRun:
     """What a matching process answered: per file index its lines, and how far it got."""
 
     found: list[tuple[int, list[tuple[int, str]]]] = field(default_factory=list)
     scanned: int = 0
+    ruled_out: int = 0  # of the scanned files, those the linear screen passed over (told at the end: 0 if cut short)
     timed_out: bool = False
     error: str | None = None
 
@@ -65,7 +79,7 @@ class _Matcher:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(_SCRIPT)],
+            [sys.executable, "-I", "-S", str(_SCRIPT), *_SITE_ARGS],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -112,6 +126,7 @@ class _Matcher:
         """Add one answer line to ``run``; True when it ends the request."""
         if message.get("done"):
             run.scanned = max(run.scanned, int(message.get("scanned", run.scanned)))
+            run.ruled_out = int(message.get("ruled_out", 0))
             return True
         if "error" in message:
             run.error = str(message["error"])

@@ -2,8 +2,8 @@
 
 Regex search means Python's ``re``, exactly. ``re`` cannot be interrupted and holds the GIL while
 it matches, so a catastrophic pattern (``(a+)+$``) would stall the server for as long as it
-backtracks. The service therefore runs every regex match in a separate process (stdlib only,
-started as ``python -I -S rematch.py``) and kills it when the search's time budget runs out,
+backtracks. The service therefore runs every regex match in a separate process (the standard
+library and, optionally, RE2; started as ``python -I -S rematch.py [--site DIR]``) and kills it when the search's time budget runs out,
 keeping the files answered before. A process serves one request after another (``matchers.py``
 keeps a few warm); it exits at the end of its input, or after ``IDLE_EXIT_S`` without a request.
 
@@ -11,12 +11,13 @@ Protocol: one JSON request per line on stdin::
 
     {"pattern": str, "flags": int, "root": str, "max_bytes": int, "max_matches": int,
      "alarm_s"?: int, "plan"?: {"literals": [str, ...], "ignore_case": bool, "single_line": bool},
-     "files": [{"path": str, "text"?: str}, ...]}
+     "screen"?: bool, "files": [{"path": str, "text"?: str}, ...]}
 
 then JSON lines on stdout, files in order: ``{"i": index, "lines": [[line, text], ...]}`` for a
 file with matching lines, ``{"i": index, "skipped": true}`` for a file that could not be read,
 ``{"i": index}`` now and then to say the files up to ``index`` are done (a file without a match
-has no line of its own), and ``{"done": true, "scanned": n}`` last (or ``{"error": message}``).
+has no line of its own), and ``{"done": true, "scanned": n, "ruled_out": m}`` last (or
+``{"error": message}``; ``ruled_out``: files of the ``n`` that the linear screen below passed over).
 A file's line is written as soon as it is matched, so a process killed mid-request has told
 what it found before. A file without ``text`` is read from ``root``: a regular file whose real
 path lies inside the root, at most ``max_bytes``, without a NUL byte in its first 8 KiB (the
@@ -24,6 +25,13 @@ walker's own rules), decoded as UTF-8 with replacement, as the indexer reads it.
 
 ``plan`` (``prefilter.ScanPlan``) says which literals every match holds: a file holding none is
 skipped, and when no match holds a newline only the lines holding one are matched (:class:`Guide`).
+
+Before ``re`` reads a file, a linear-time automaton (RE2, when the ``re2`` module is importable:
+the service passes its directory as ``--site DIR``) screens the file with a translation of the
+pattern that matches wherever the pattern can (:class:`LinearScreen`): a file it rules out is
+never matched by ``re``, so a pattern no literal narrows costs one automaton pass per
+file instead of ``re`` trying every position. Without RE2 (or with ``"screen": false``) every file
+goes to ``re``.
 
 ``alarm_s`` arms ``SIGALRM`` (no handler: the kernel ends the process) for the request: should
 the service die while a match runs, the match still ends then.
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import re
@@ -55,6 +64,8 @@ NICENESS = 10
 PROGRESS_EVERY_S = 0.005  # how often files without a match are reported done
 IDLE_EXIT_S = 300.0  # a process without a request this long ends itself
 GUIDE_SPAN = 512  # characters after a line holding a literal that a guided scan searches in the same call
+LINEAR_MAX_MEM = 64 << 20  # an automaton's memory (RE2's default is 8 MiB; past it RE2 runs slower, never wrong)
+RE2_MAX_REPEAT = 1000  # RE2 refuses counted repeats above this
 
 
 class Guide:
@@ -101,6 +112,227 @@ class Guide:
             return first
 
         return find_first
+
+
+class LinearScreen:
+    """Rules out files a pattern cannot match, in linear time: an RE2 automaton over a file's text
+    that matches wherever the pattern can.
+
+    The translation walks ``re``'s own parse of the pattern, and writes every single-character item
+    (a literal, a class, ``.``, ``\\w``...) as the exact set of code points ``re`` itself matches
+    with it under the pattern's flags (case folding and Unicode classes included, found by running
+    ``re`` over every code point once: :func:`_members`). What RE2 lacks is widened, never
+    narrowed: lookarounds are dropped, a back reference matches any text, atomic groups and
+    possessive repeats backtrack, a conditional takes either branch, ``$`` outside MULTILINE
+    matches before any newline, and a repeat count over RE2's limit becomes unbounded. RE2's
+    ``\\b`` knows ASCII words only, so it is kept for ASCII text (where the two agree) and dropped
+    for other text (a second automaton). A file either rules out therefore has no match.
+
+    ASCII bytes are searched as they are; other text is decoded as the indexer decodes it (an
+    undecodable byte is U+FFFD) and searched as UTF-8."""
+
+    def __init__(self, ascii_text: Any, other_text: Any) -> None:
+        self._ascii = ascii_text
+        self._other = other_text
+
+    def may_match(self, data: bytes | str) -> bool:
+        """False only when the pattern matches nowhere in ``data`` (a file's bytes, or its text)."""
+        try:
+            if data.isascii():
+                return self._ascii.search(data) is not None
+            text = decode(data) if isinstance(data, bytes) else data
+            return self._other.search(text.encode("utf-8")) is not None
+        except Exception:  # an engine failure, or a text RE2 cannot take (a lone surrogate), rules nothing out
+            return True
+
+
+@functools.lru_cache(maxsize=64)
+def linear_screen(pattern: str, flags: int) -> LinearScreen | None:
+    """The screen of ``re.compile(pattern, flags)``, or None without RE2, or when the translation or
+    RE2 refuses it (``re`` then reads every file)."""
+    engine = _re2()
+    if engine is None:
+        return None
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        parsed = _parser.parse(pattern, flags)
+        flags |= parsed.state.flags
+        options = engine.Options()
+        options.never_capture = True
+        options.log_errors = False
+        options.max_mem = LINEAR_MAX_MEM
+        translation = _Translation(parsed.state)
+        ascii_source = translation.items(parsed.data, flags, ascii_words=True)
+        other_source = translation.items(parsed.data, flags, ascii_words=False)
+        ascii_text = engine.compile(ascii_source, options)
+        other_text = ascii_text if other_source == ascii_source else engine.compile(other_source, options)
+    except Exception:  # a construct, a size or a class count either side cannot take: no screen
+        return None
+    return LinearScreen(ascii_text, other_text)
+
+
+@functools.cache
+def _re2() -> Any:
+    """The ``re2`` module, or None where it is not installed (or not on this process's path)."""
+    try:
+        import re2
+
+        return re2
+    except ImportError:
+        return None
+
+
+class _Translation:
+    """``re``'s parse of one pattern written as RE2 syntax that matches wherever it can (see
+    :class:`LinearScreen`)."""
+
+    def __init__(self, state: Any) -> None:
+        from re import _constants, _parser  # type: ignore[attr-defined]
+
+        self.state, self.c, self.parser = state, _constants, _parser
+        self.enumerated = 0
+
+    def items(self, items: Any, flags: int, *, ascii_words: bool) -> str:
+        c = self.c
+        out: list[str] = []
+        for op, arg in items:
+            if op in (c.LITERAL, c.NOT_LITERAL, c.IN, c.ANY):
+                out.append(_class_source(self.members((op, arg), flags)))
+            elif op is c.BRANCH:
+                out.append("(?:" + "|".join(self.items(branch, flags, ascii_words=ascii_words) for branch in arg[1]) + ")")
+            elif op is c.SUBPATTERN:
+                _group, add, remove, body = arg
+                out.append("(?:" + self.items(body, (flags | add) & ~remove, ascii_words=ascii_words) + ")")
+            elif op is getattr(c, "ATOMIC_GROUP", None):
+                out.append("(?:" + self.items(arg, flags, ascii_words=ascii_words) + ")")
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
+                low, high, body = arg
+                out.append("(?:" + self.items(body, flags, ascii_words=ascii_words) + ")" + _repeat(low, None if high == c.MAXREPEAT else high))
+            elif op in (c.ASSERT, c.ASSERT_NOT):
+                continue  # a lookaround only narrows where a match may be
+            elif op is c.GROUPREF:
+                out.append("(?s:.*)")  # whatever the group held
+            elif op is c.GROUPREF_EXISTS:
+                _group, yes, no = arg
+                out.append("(?:" + self.items(yes, flags, ascii_words=ascii_words) + "|" + (self.items(no, flags, ascii_words=ascii_words) if no else "") + ")")
+            elif op is c.AT:
+                out.append(self.position(arg, flags, ascii_words))
+            else:
+                raise ValueError(f"no linear translation of {op}")
+        return "".join(out)
+
+    def members(self, item: Any, flags: int) -> tuple[tuple[int, int], ...]:
+        """The code points one character item matches, as inclusive ranges (surrogates left out)."""
+        c = self.c
+        op, arg = item
+        if not flags & re.IGNORECASE:
+            if op is c.LITERAL:
+                return _ranges([(arg, arg)])
+            if op is c.NOT_LITERAL:
+                return _ranges([(0, arg - 1), (arg + 1, MAX_CODE_POINT)])
+            if op is c.IN and all(kind in (c.LITERAL, c.RANGE) for kind, _ in arg):
+                return _ranges([(value, value) if kind is c.LITERAL else value for kind, value in arg])
+        if op is c.ANY:
+            return _ranges([(0, MAX_CODE_POINT)] if flags & re.DOTALL else [(0, 9), (11, MAX_CODE_POINT)])
+        key = (repr(item), flags & (re.IGNORECASE | re.ASCII | re.DOTALL))
+        found = _ENUMERATED.get(key)
+        if found is None:
+            self.enumerated += 1
+            if self.enumerated > LINEAR_MAX_ENUMERATED:
+                raise ValueError("too many distinct character classes to enumerate")
+            repeated = self.parser.SubPattern(self.state, [(c.MAX_REPEAT, (1, c.MAXREPEAT, self.parser.SubPattern(self.state, [item])))])
+            if len(_ENUMERATED) >= LINEAR_CACHED_CLASSES:
+                _ENUMERATED.clear()
+            found = _ENUMERATED[key] = _members(repeated, flags)
+        return found
+
+    def position(self, at: Any, flags: int, ascii_words: bool) -> str:
+        c = self.c
+        if at is c.AT_BEGINNING:
+            return "(?m:^)" if flags & re.MULTILINE else r"\A"
+        if at is c.AT_BEGINNING_STRING:
+            return r"\A"
+        if at is c.AT_END:
+            return "(?m:$)"  # outside MULTILINE re's $ also matches before a last newline: any newline is wider
+        if at is c.AT_END_STRING:
+            return r"\z"
+        if at in (c.AT_BOUNDARY, c.AT_NON_BOUNDARY):
+            return (r"\b" if at is c.AT_BOUNDARY else r"\B") if ascii_words else ""
+        raise ValueError(f"no linear translation of {at}")
+
+
+MAX_CODE_POINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+LINEAR_MAX_ENUMERATED = 16  # character classes of one pattern whose members are found by running re over every code point
+LINEAR_CACHED_CLASSES = 256  # enumerated classes a process keeps for later patterns
+_ENUMERATED: dict[tuple[str, int], tuple[tuple[int, int], ...]] = {}
+
+
+def _members(repeated: Any, flags: int) -> tuple[tuple[int, int], ...]:
+    """The code points ``repeated`` (one item, repeated) matches: ``re`` run once over all of them."""
+    from re import _compiler  # type: ignore[attr-defined]
+
+    probe = _compiler.compile(repeated, flags)
+    ranges = []
+    for found in probe.finditer(_code_points()):
+        start, end = found.start(), found.end() - 1  # indexes into the text of every code point but surrogates
+        if start < _SURROGATES[0] <= end:
+            ranges += [(start, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, end + _SURROGATES[1] - _SURROGATES[0] + 1)]
+        else:
+            shift = 0 if start < _SURROGATES[0] else _SURROGATES[1] - _SURROGATES[0] + 1
+            ranges.append((start + shift, end + shift))
+    return _ranges(ranges)
+
+
+@functools.cache
+def _code_points() -> str:
+    """Every code point but the surrogates, in order (RE2 searches UTF-8, which has none)."""
+    import array
+
+    points = array.array("I", range(_SURROGATES[0])).tobytes() + array.array("I", range(_SURROGATES[1] + 1, MAX_CODE_POINT + 1)).tobytes()
+    return points.decode("utf-32-le" if sys.byteorder == "little" else "utf-32-be")  # 4x faster than joining chr()s
+
+
+def _ranges(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Inclusive ranges sorted, merged and clipped, the surrogates cut out."""
+    out: list[list[int]] = []
+    for low, high in sorted(ranges):
+        low, high = max(low, 0), min(high, MAX_CODE_POINT)
+        if low > high:
+            continue
+        if out and low <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], high)
+        else:
+            out.append([low, high])
+    cut: list[tuple[int, int]] = []
+    for low, high in out:
+        if low < _SURROGATES[0] and high >= _SURROGATES[0]:
+            cut.append((low, _SURROGATES[0] - 1))
+        if high > _SURROGATES[1] and low <= _SURROGATES[1]:
+            cut.append((_SURROGATES[1] + 1, high))
+        if high < _SURROGATES[0] or low > _SURROGATES[1]:
+            cut.append((low, high))
+    return tuple(cut)
+
+
+def _class_source(ranges: tuple[tuple[int, int], ...]) -> str:
+    """An RE2 class of the given code-point ranges (an empty one matches nothing)."""
+    if not ranges:
+        return r"[^\x00-\x{10ffff}]"
+    return "[" + "".join(f"\\x{{{low:x}}}" if low == high else f"\\x{{{low:x}}}-\\x{{{high:x}}}" for low, high in ranges) + "]"
+
+
+def _repeat(low: int, high: int | None) -> str:
+    """RE2's repeat of ``{low,high}`` (``high`` None: unbounded), widened past RE2's count limit."""
+    if high is not None and high > RE2_MAX_REPEAT:
+        high = None
+    low = min(low, RE2_MAX_REPEAT)
+    if high is None:
+        return {0: "*", 1: "+"}.get(low, f"{{{low},}}")
+    if (low, high) == (0, 1):
+        return "?"
+    return f"{{{low}}}" if low == high else f"{{{low},{high}}}"
 
 
 def line_matches(pattern: re.Pattern[str], text: str, max_matches: int, guide: Guide | None = None) -> list[tuple[int, str]]:
@@ -205,7 +437,8 @@ def scan_compile(pattern: str, flags: int) -> re.Pattern[str]:
 
 class FileReader:
     """Reads workspace files under one root, whose real path is resolved once; each directory's
-    real path once per request too (a request lists many files of few directories)."""
+    real path once per request too (a request lists many files of few directories), from its
+    parent's."""
 
     def __init__(self, root: str, max_bytes: int) -> None:
         self.real_root = os.path.realpath(root)
@@ -215,10 +448,15 @@ class FileReader:
 
     def read(self, rel_path: str) -> str | None:
         """The text of a workspace file, or None when it is gone, outside the root, too large or binary."""
+        data = self.read_bytes(rel_path)
+        return None if data is None else decode(data)
+
+    def read_bytes(self, rel_path: str) -> bytes | None:
+        """``read``'s file as it is on disk, before decoding."""
         directory, _, name = rel_path.rpartition("/")
         real_dir = self._dirs.get(directory)
         if real_dir is None:
-            real_dir = self._dirs[directory] = os.path.realpath(os.path.join(self.real_root, directory))
+            real_dir = self._real_dir(directory)
         real = os.path.join(real_dir, name)
         if not real.startswith(self._inside) or name in ("", ".", ".."):
             # The directory's real path leaves the root (a link swapped in since the walk), or the
@@ -231,9 +469,31 @@ class FileReader:
             # The file itself is now a link: read what it points to, if that is inside the root.
             real = os.path.realpath(real)
             data = self._read_bytes(real) if real.startswith(self._inside) else None
-        if data is None or len(data) > self.max_bytes or b"\0" in data[:BINARY_PROBE_BYTES]:
+        if data is None or len(data) > self.max_bytes or data.find(b"\0", 0, BINARY_PROBE_BYTES) >= 0:
             return None
-        return data.decode("utf-8", errors="replace")
+        return data
+
+    def _real_dir(self, directory: str) -> str:
+        """The real path of a directory under the root: its parent's real path and its name, the name
+        resolved only where it is a link (one ``lstat`` a directory, not one a path component)."""
+        unresolved: list[str] = []
+        while directory not in self._dirs:
+            if not directory:
+                self._dirs[""] = self.real_root
+                break
+            unresolved.append(directory)
+            directory = directory.rpartition("/")[0]
+        real = self._dirs[directory]
+        for path in reversed(unresolved):
+            name = path.rpartition("/")[2]
+            if name in ("", ".", ".."):
+                real = os.path.realpath(os.path.join(self.real_root, path))
+            else:
+                real = os.path.join(real, name)
+                if os.path.islink(real):
+                    real = os.path.realpath(real)
+            self._dirs[path] = real
+        return real
 
     _last_error = 0
 
@@ -250,19 +510,27 @@ class FileReader:
             info = os.fstat(descriptor)
             if not stat.S_ISREG(info.st_mode) or info.st_size > self.max_bytes:
                 return None
-            pieces = []
+            pieces: list[bytes] = []
             left = self.max_bytes + 1
             while left > 0:
-                piece = os.read(descriptor, left)
-                if not piece:
-                    break
+                # Asked for what the file holds (and a byte more, to see it grew): a read of
+                # max_bytes would allocate that much for every small file.
+                asked = min(left, info.st_size + 1) if not pieces else left
+                piece = os.read(descriptor, asked)
                 pieces.append(piece)
                 left -= len(piece)
-            return b"".join(pieces)
+                if len(piece) < asked:  # the end of the file
+                    break
+            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
         except OSError:
             return None
         finally:
             os.close(descriptor)
+
+
+def decode(data: bytes) -> str:
+    """A file's text as the indexer reads it: UTF-8, an undecodable byte read as U+FFFD."""
+    return data.decode("utf-8", errors="replace")
 
 
 def read_text(root: str, rel_path: str, max_bytes: int) -> str | None:
@@ -274,21 +542,29 @@ def serve(request: dict[str, Any], out: IO[str]) -> None:
     """Answer one request (see the module docstring), a line per matched file as it is matched."""
     pattern = scan_compile(request["pattern"], int(request["flags"]))
     guide = Guide.of(request.get("plan"))
+    screen = linear_screen(request["pattern"], int(request["flags"])) if request.get("screen", True) else None
     left = int(request["max_matches"])
     reader = FileReader(str(request["root"]), int(request["max_bytes"]))
-    scanned = 0
+    scanned = ruled_out = 0
     reported = time.monotonic()
     for index, item in enumerate(request["files"]):
         if left <= 0:
             break
-        text = item.get("text")
-        if text is None:
-            text = reader.read(str(item["path"]))
+        # A file as it is screened: ASCII bytes as read, other text decoded as re reads it.
+        content: str | bytes | None = item.get("text")
+        if content is None:
+            content = reader.read_bytes(str(item["path"]))
+            if content is not None and not content.isascii():
+                content = decode(content)
         scanned = index + 1
-        if text is None:
+        if content is None:
             out.write(json.dumps({"i": index, "skipped": True}) + "\n")
         else:
-            found = line_matches(pattern, text, left, guide)
+            if screen is not None and not screen.may_match(content):
+                found = []
+                ruled_out += 1
+            else:
+                found = line_matches(pattern, content if isinstance(content, str) else decode(content), left, guide)
             if found:
                 left -= len(found)
                 out.write(json.dumps({"i": index, "lines": found}) + "\n")
@@ -298,7 +574,7 @@ def serve(request: dict[str, Any], out: IO[str]) -> None:
                 out.write(f'{{"i": {index}}}\n')
         out.flush()
         reported = time.monotonic()
-    out.write(json.dumps({"done": True, "scanned": scanned}) + "\n")
+    out.write(json.dumps({"done": True, "scanned": scanned, "ruled_out": ruled_out}) + "\n")
     out.flush()
 
 
@@ -339,6 +615,8 @@ def main() -> int:
     fails ends the process (after its ``error`` line): its state after a ``MemoryError`` is not
     to be trusted."""
     _limit_resources()
+    if sys.argv[1:2] == ["--site"] and len(sys.argv) > 2:
+        sys.path.append(sys.argv[2])  # where the optional re2 module is installed (this process runs -S)
     alarm = getattr(signal, "alarm", None)
     for line in requests(sys.stdin.fileno(), IDLE_EXIT_S):
         if not line.strip():

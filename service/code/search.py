@@ -243,6 +243,7 @@ async def _regex(ctx: _Context, compiled: re.Pattern[str]) -> list[ResultLine]:
             "files": len({m.path for m in outcome.matches}),
             "chunks": len({m.chunk.key for m in outcome.matches if m.chunk is not None}),
             "files_scanned": outcome.files_scanned,
+            "files_ruled_out": outcome.files_ruled_out,
             "trigram_candidates": outcome.candidates,
             "truncated": outcome.truncated,
         },

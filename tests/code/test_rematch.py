@@ -28,7 +28,9 @@ from service.code.rematch import read_text, requests
 from service.engine.analyzer import analyze
 
 CATASTROPHIC = r"(x+x+)+y"
-HOSTILE_TEXT = "ok line\n" + "x" * 5_000
+# A run of x that re backtracks over for ages, and a match after it: a file without one would be
+# ruled out by the linear screen before re ever read it.
+HOSTILE_TEXT = "ok line\n" + "x" * 5_000 + "\nxxy\n"
 
 
 def request(pattern: str, files: list[dict[str, str]], *, root: str = "/nonexistent", max_matches: int = 50) -> dict[str, object]:

@@ -65,6 +65,13 @@ async def test_stdlib_packages_index_and_answer_like_a_scan(lexical_engine: Engi
     assert [(r["path"], r["line"]) for r in answer.results] == truth, "regex answers exactly what a scan finds, in grep order"
     assert answer.meta["match_counts"]["trigram_candidates"] is not None, "the trigram index narrowed the scan"
 
+    unguided = r"[ \t]+$"  # no literal to narrow by: every file is read, and screened before re matches it
+    answer = await search_workspace(lexical_engine, stdlib_workspace, parse_search_body({"query": unguided, "regex": True, "limit": 200}))
+    truth = scan(stdlib_workspace.root, re.compile(unguided))
+    assert [(r["path"], r["line"]) for r in answer.results] == truth[:200]
+    counts = answer.meta["match_counts"]
+    assert counts["trigram_candidates"] is None and counts["files_ruled_out"] > counts["files_scanned"] // 2, counts
+
     literal = await search_workspace(lexical_engine, stdlib_workspace, parse_search_body({"query": "JSONDecodeError", "mode": "lexical", "limit": 200}))
     assert literal.results[0]["path"].startswith("json/")
     files_with = {path for path, _ in scan(stdlib_workspace.root, re.compile("JSONDecodeError", re.IGNORECASE))}

@@ -294,9 +294,11 @@ CATASTROPHIC = [r"(a+)+$", r"(a|aa)+$", r"(a|a?)+$", r"(.*a){12}$", r"^(\w+\s?)*
 @pytest.mark.parametrize("ignore_case", [False, True])
 @pytest.mark.parametrize("pattern", CATASTROPHIC)
 async def test_catastrophic_patterns_stop_at_their_budget(pattern: str, ignore_case: bool) -> None:
-    """Python's re cannot be interrupted: its matching process is killed at the deadline."""
+    """Python's re cannot be interrupted: its matching process is killed at the deadline. The
+    text holds a match of each pattern after the run re backtracks over (a file without one is
+    ruled out by the linear screen before re reads it)."""
     compiled = regex_compile(pattern, ignore_case)
-    text = "first line\n" + "a" * 30_000 + "!\n" + "last line"
+    text = "first line\n" + "a" * 30_000 + "!\n" + "last line\n" + "a" * 12 + "\naab\na1\n"
     request = {"pattern": compiled.pattern, "flags": compiled.flags, "root": "/nonexistent", "max_bytes": 1 << 20, "max_matches": 10, "files": [{"path": "t", "text": text}]}
     started = time.monotonic()
     await run_matcher(request, time.monotonic() + 0.3)
@@ -410,7 +412,7 @@ async def test_any_search_of_a_workspace_whose_root_is_gone_is_a_4xx_without_res
 async def test_hostile_regexes_over_http_answer_in_bounded_time(client: TestClient[Any, Any], settings: Settings) -> None:
     root = settings.allowed_roots[0] / "hostile"
     root.mkdir()
-    (root / "long.txt").write_text("start\n" + "a" * 50_000 + "!\nend\n")
+    (root / "long.txt").write_text("start\n" + "a" * 50_000 + "!\nend\naa\n")  # a match after the run (else the screen rules the file out)
     (root / "small.py").write_text("def handler():\n    return 'aaaa'\n")
     workspace = await register(client, root)
     await wait_indexed(client, workspace["id"])
@@ -448,7 +450,7 @@ async def test_hostile_regexes_leave_the_model_its_threads(client: TestClient[An
     before any of them."""
     root = settings.allowed_roots[0] / "hostile-many"
     root.mkdir()
-    (root / "long.txt").write_text("start\n" + "a" * 50_000 + "!\nend\n")
+    (root / "long.txt").write_text("start\n" + "a" * 50_000 + "!\nend\naa\n")  # a match after the run (else the screen rules the file out)
     workspace = await register(client, root)
     await wait_indexed(client, workspace["id"])
     embedder = client.app[ENGINE].embedders.default

@@ -1,0 +1,162 @@
+"""The linear screen of the regex matching process: an RE2 automaton translated from a pattern
+matches wherever the pattern can, so a file it rules out has no match; on ASCII text (and on any
+text, for patterns without ``\\b``) it rules out exactly the files without one."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.code import rematch
+from service.code.matchers import MatcherPool
+from service.code.pattern import regex_compile
+from service.code.rematch import decode, linear_screen
+
+# Pieces that RE2 has as they are, and (last row) those it lacks and the screen widens.
+EXACT_PIECES = [
+    "TODO", "todo", "é", "k", "s", " ", "#", ":", r"\.", "=", r"\w", r"\w+", r"\W", r"\d", r"\d+", r"\D", r"\s", r"\s*",
+    r"\S", ".", ".*", "(?s:.)", "[^x]", "[a-f]", "[^\\n]", r"\n", "^", "$", r"\A", r"\Z", "(?:TODO|é)", "(a|bc)", "(?i:k)",
+    "(?i:[a-z])", "(?i:ſ)", "x?", "e{2,3}", "e{1,}?", "[ \t]+", r"\x00", "\ufffd",
+]  # fmt: skip
+WIDENED_PIECES = [r"\b", r"\B", r"(?=No)", r"(?!ne)", r"(?<=\.)", r"(?<!s)", r"(a)\1", "(?>ab|a)", "e{2}+", "(?:x){1001,}", "(a)?(?(1)b|c)"]
+# ASCII, then what Unicode classes and case folding reach: a non-ASCII letter, digit and space,
+# the Kelvin sign and long s (which fold to k and s), a dotless i, the replacement character.
+ASCII_ALPHABET = "abexkKsS TODOtodo#:.=_-0123456789\n\t"
+ALPHABET = ASCII_ALPHABET + "é٣\xa0\u2028\u212a\u017f\u0131\ufffd中"
+RAW = st.binary(max_size=40) | st.text(alphabet=ALPHABET, max_size=60).map(lambda text: text.encode("utf-8"))
+
+
+def matches(pattern: str, data: bytes) -> bool:
+    """Whether ``re`` matches the text a file of ``data`` decodes to, as the matching process reads it."""
+    return regex_compile(pattern).search(decode(data)) is not None
+
+
+def screen_of(pattern: str) -> rematch.LinearScreen:
+    compiled = regex_compile(pattern)
+    screen = linear_screen(compiled.pattern, compiled.flags)
+    assert screen is not None, pattern
+    return screen
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.sampled_from(EXACT_PIECES + WIDENED_PIECES), min_size=1, max_size=5), files=st.lists(RAW, min_size=1, max_size=4), ignore_case=st.booleans())
+def test_the_screen_never_rules_out_a_file_that_matches(pieces: list[str], files: list[bytes], ignore_case: bool) -> None:
+    compiled = regex_compile("".join(pieces), ignore_case)
+    screen = linear_screen(compiled.pattern, compiled.flags)
+    assert screen is not None, compiled.pattern
+    for data in [*files, b"\n".join(files)]:
+        if compiled.search(decode(data)) is not None:
+            assert screen.may_match(data), (compiled.pattern, data)
+            assert screen.may_match(decode(data)), (compiled.pattern, data)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pieces=st.lists(st.sampled_from([*EXACT_PIECES, r"\b", r"\B"]), min_size=1, max_size=5),
+    lines=st.lists(st.text(alphabet=ASCII_ALPHABET, min_size=1, max_size=40), min_size=1, max_size=4),
+    ignore_case=st.booleans(),
+)
+def test_on_ascii_text_the_screen_rules_out_exactly_the_files_without_a_match(pieces: list[str], lines: list[str], ignore_case: bool) -> None:
+    """Texts are not empty: there the screen is wider than ``re`` only for ``\\B`` (which this Python's ``re`` never matches in an empty text)."""
+    compiled = regex_compile("".join(pieces), ignore_case)
+    screen = linear_screen(compiled.pattern, compiled.flags)
+    assert screen is not None
+    for text in [*lines, "\n".join(lines)]:
+        assert screen.may_match(text.encode("ascii")) == (compiled.search(text) is not None), (compiled.pattern, text)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.sampled_from(EXACT_PIECES), min_size=1, max_size=5), data=RAW, ignore_case=st.booleans())
+def test_without_word_boundaries_any_text_is_screened_exactly(pieces: list[str], data: bytes, ignore_case: bool) -> None:
+    """Unicode classes, case folding and undecodable bytes (read as U+FFFD) included."""
+    compiled = regex_compile("".join(pieces), ignore_case)
+    screen = linear_screen(compiled.pattern, compiled.flags)
+    assert screen is not None
+    assert screen.may_match(data) == (compiled.search(decode(data)) is not None), (compiled.pattern, data)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "kept", "ruled_out"),
+    [
+        (r"[ \t]+$", b"x = 1 \ny\n", b"x = 1\ny\n"),
+        (r"^\s*#\s*\w+:\s*\d+$", "  # caf\u00e9: \u0663\n".encode(), "  # caf\u00e9: x\n".encode()),  # an Arabic-Indic digit is a \d
+        (r"a.b", b"a\xffb", b"a\nb"),  # the undecodable byte reads as U+FFFD, which . matches
+        (r"a\wb", "a\u00e9b".encode(), b"a\xffb"),  # U+FFFD is no word character; e-acute is
+        (r"(?i)kelvin", "\u212aelvin".encode(), b"celvin"),  # the Kelvin sign folds to k
+        (r"(x+x+)+y", b"xxxxxxy", b"x" * 12),
+        (r"\bTODO\b", b"# TODO: later", b"# TODOS: later"),
+        (r"(?<=\.)\w+\(\)", b"self.close()", b"close ()"),
+        (r"(\w+) \1", b"the the", b"the"),
+    ],
+)
+def test_typical_patterns_keep_matching_files_and_rule_out_others(pattern: str, kept: bytes, ruled_out: bytes) -> None:
+    screen = screen_of(pattern)
+    assert matches(pattern, kept) and screen.may_match(kept)
+    assert not matches(pattern, ruled_out) and not screen.may_match(ruled_out)
+
+
+def test_a_file_a_catastrophic_pattern_does_not_match_is_ruled_out_without_backtracking() -> None:
+    """``re`` would try 2^n ways to split the run before failing; the automaton reads it once."""
+    assert not screen_of(r"(x+x+)+y").may_match(b"x" * 100_000)
+    assert screen_of(r"(x+x+)+y").may_match(b"x" * 100_000 + b"y")
+
+
+def test_a_non_ascii_file_is_not_ruled_out_by_an_ascii_word_boundary() -> None:
+    """``re``'s ``\\b`` sees the e-acute as a word character, RE2's would not: for such text the screen drops ``\\b``."""
+    data = "caf\u00e9 TODO".encode()
+    assert matches(r"\u00e9\b", data) and screen_of(r"\u00e9\b").may_match(data)
+
+
+def test_a_text_with_a_lone_surrogate_is_left_to_re() -> None:
+    """A file's text given in a request may hold what UTF-8 cannot: the screen rules nothing out then."""
+    assert screen_of("zzz").may_match("a\ud800b")
+
+
+def test_patterns_re2_cannot_take_are_left_to_re() -> None:
+    assert linear_screen(r"(?:(?:a{1,1000}){1,1000}){1,1000}", re.MULTILINE) is None, "past RE2's program size"
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[MatcherPool]:
+    matchers = MatcherPool(size=1)
+    yield matchers
+    matchers.close()
+
+
+FILES = [
+    {"path": "a.py", "text": "def f():\n    return 1  \n"},
+    {"path": "b.py", "text": "def g():\n    return 2\n"},
+    {"path": "c.py", "text": "x = 'caf\u00e9'\t\n"},
+    {"path": "d.py", "text": "nothing here\n"},
+]
+
+
+async def test_the_matching_process_screens_files_and_answers_as_without(pool: MatcherPool) -> None:
+    compiled = regex_compile(r"[ \t]+$")
+    request = {"pattern": compiled.pattern, "flags": compiled.flags, "root": "/nonexistent", "max_bytes": 1 << 20, "max_matches": 50, "files": FILES}
+    screened = await pool.run(request, time.monotonic() + 10)
+    plain = await pool.run(dict(request, screen=False), time.monotonic() + 10)
+    assert screened.error is None and screened.found == plain.found == [(0, [(2, "    return 1  ")]), (2, [(1, "x = 'caf\u00e9'\t")])]
+    assert (screened.ruled_out, plain.ruled_out) == (2, 0), "b.py and d.py were passed over without re"
+    assert screened.scanned == plain.scanned == 4
+
+
+def test_a_matching_process_without_re2_answers_the_same() -> None:
+    """Started as the service starts it but without ``--site``, the process cannot import RE2: it
+    matches every file with ``re`` and rules none out."""
+    compiled = regex_compile(r"[ \t]+$")
+    request = {"pattern": compiled.pattern, "flags": compiled.flags, "root": "/nonexistent", "max_bytes": 1 << 20, "max_matches": 50, "files": FILES}
+    script = Path(rematch.__file__)
+    answered = subprocess.run([sys.executable, "-I", "-S", str(script)], input=json.dumps(request) + "\n", capture_output=True, text=True, timeout=30, check=True)
+    lines = [json.loads(line) for line in answered.stdout.splitlines()]
+    assert [line for line in lines if "lines" in line] == [{"i": 0, "lines": [[2, "    return 1  "]]}, {"i": 2, "lines": [[1, "x = 'caf\u00e9'\t"]]}]
+    assert lines[-1] == {"done": True, "scanned": 4, "ruled_out": 0}

@@ -64,7 +64,8 @@ NICENESS = 10
 PROGRESS_EVERY_S = 0.005  # how often files without a match are reported done
 IDLE_EXIT_S = 300.0  # a process without a request this long ends itself
 GUIDE_SPAN = 512  # characters after a line holding a literal that a guided scan searches in the same call
-LINEAR_MAX_MEM = 64 << 20  # an automaton's memory (RE2's default is 8 MiB; past it RE2 runs slower, never wrong)
+LINEAR_MAX_MEM = 32 << 20  # an automaton's memory (RE2's default is 8 MiB; past it RE2 runs slower, never wrong)
+LINEAR_SCREENS = 8  # patterns whose screens a process keeps (two automata each, within the address-space limit)
 RE2_MAX_REPEAT = 1000  # RE2 refuses counted repeats above this
 
 
@@ -146,7 +147,7 @@ class LinearScreen:
             return True
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=LINEAR_SCREENS)
 def linear_screen(pattern: str, flags: int) -> LinearScreen | None:
     """The screen of ``re.compile(pattern, flags)``, or None without RE2, or when the translation or
     RE2 refuses it (``re`` then reads every file)."""
@@ -235,6 +236,9 @@ class _Translation:
                 return _ranges([(value, value) if kind is c.LITERAL else value for kind, value in arg])
         if op is c.ANY:
             return _ranges([(0, MAX_CODE_POINT)] if flags & re.DOTALL else [(0, 9), (11, MAX_CODE_POINT)])
+        if self._ascii_only(item):  # ignoring case: only ASCII characters and their few non-ASCII case partners can match
+            probe = _probe(self.parser, self.state, item, flags)
+            return _ranges([(code, code) for code in (*range(128), *_ascii_case_partners()) if probe.fullmatch(chr(code))])
         key = (repr(item), flags & (re.IGNORECASE | re.ASCII | re.DOTALL))
         found = _ENUMERATED.get(key)
         if found is None:
@@ -244,8 +248,16 @@ class _Translation:
             repeated = self.parser.SubPattern(self.state, [(c.MAX_REPEAT, (1, c.MAXREPEAT, self.parser.SubPattern(self.state, [item])))])
             if len(_ENUMERATED) >= LINEAR_CACHED_CLASSES:
                 _ENUMERATED.clear()
-            found = _ENUMERATED[key] = _members(repeated, flags)
+            found = _ENUMERATED[key] = _members(_compile_parsed(repeated, flags))
         return found
+
+    def _ascii_only(self, item: Any) -> bool:
+        """Whether a literal or a class (not negated, without categories) names ASCII characters alone."""
+        c = self.c
+        op, arg = item
+        if op is c.LITERAL:
+            return bool(arg < 128)
+        return op is c.IN and all((kind is c.LITERAL and value < 128) or (kind is c.RANGE and value[1] < 128) for kind, value in arg)
 
     def position(self, at: Any, flags: int, ascii_words: bool) -> str:
         c = self.c
@@ -269,11 +281,8 @@ LINEAR_CACHED_CLASSES = 256  # enumerated classes a process keeps for later patt
 _ENUMERATED: dict[tuple[str, int], tuple[tuple[int, int], ...]] = {}
 
 
-def _members(repeated: Any, flags: int) -> tuple[tuple[int, int], ...]:
-    """The code points ``repeated`` (one item, repeated) matches: ``re`` run once over all of them."""
-    from re import _compiler  # type: ignore[attr-defined]
-
-    probe = _compiler.compile(repeated, flags)
+def _members(probe: re.Pattern[str]) -> tuple[tuple[int, int], ...]:
+    """The code points ``probe`` (one character item, repeated) matches: ``re`` run once over all of them."""
     ranges = []
     for found in probe.finditer(_code_points()):
         start, end = found.start(), found.end() - 1  # indexes into the text of every code point but surrogates
@@ -283,6 +292,26 @@ def _members(repeated: Any, flags: int) -> tuple[tuple[int, int], ...]:
             shift = 0 if start < _SURROGATES[0] else _SURROGATES[1] - _SURROGATES[0] + 1
             ranges.append((start + shift, end + shift))
     return _ranges(ranges)
+
+
+def _probe(parser: Any, state: Any, item: Any, flags: int) -> re.Pattern[str]:
+    """One character item compiled alone, under the pattern's flags."""
+    return _compile_parsed(parser.SubPattern(state, [item]), flags)
+
+
+def _compile_parsed(parsed: Any, flags: int) -> re.Pattern[str]:
+    from re import _compiler  # type: ignore[attr-defined]
+
+    compiled: re.Pattern[str] = _compiler.compile(parsed, flags)
+    return compiled
+
+
+@functools.cache
+def _ascii_case_partners() -> tuple[int, ...]:
+    """The non-ASCII code points ``re`` matches with some ASCII character when ignoring case (the
+    Kelvin sign with k, the long s with s, the dotted and dotless i)."""
+    folded = _members(re.compile(r"(?i:[\x00-\x7f])+"))
+    return tuple(code for low, high in folded for code in range(max(low, 128), high + 1))
 
 
 @functools.cache

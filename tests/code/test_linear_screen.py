@@ -123,6 +123,18 @@ def test_a_text_with_a_lone_surrogate_is_left_to_re() -> None:
 
 def test_patterns_re2_cannot_take_are_left_to_re() -> None:
     assert linear_screen(r"(?:(?:a{1,1000}){1,1000}){1,1000}", re.MULTILINE) is None, "past RE2's program size"
+    many_classes = "".join(f"[\\d{letter}]" for letter in "abcdefghijklmnopq")  # 17 classes, each found by a pass of re over every code point
+    assert linear_screen(many_classes, re.MULTILINE) is None
+
+
+def test_an_ignore_case_pattern_of_many_letters_is_screened_exactly() -> None:
+    """ASCII letters ignoring case match their other case and a few non-ASCII partners alone (the
+    Kelvin sign for k): found without a pass over every code point, however many letters."""
+    compiled = regex_compile("the quick brown fox jumps over lazy dogs", ignore_case=True)
+    screen = linear_screen(compiled.pattern, compiled.flags)
+    assert screen is not None
+    for text in ["THE QUICK BROWN FOX JUMPS OVER LAZY DOGS", "the quic\u212a brown fox jumps over lazy dogs", "the quick brown fox", "the quick brown fox jumps over lazy do"]:
+        assert screen.may_match(text.encode()) == (compiled.search(text) is not None), text
 
 
 @pytest.fixture

@@ -80,6 +80,7 @@ WRITE_CHUNK_POINTS = 256
 
 # Free space every write leaves on the data volume: a few growth steps of the engine's mapped files.
 DISK_RESERVE_BYTES = 128 * 1024 * 1024
+REMEMBERED_COUNTS = 256  # exact counts a collection keeps, by filter, until its next update
 
 # After a failed index build, or one that indexed nothing new, wait this long before the next try.
 BUILD_RETRY_S = 600.0
@@ -253,9 +254,22 @@ class EdgeStore:
         return page, (None if next_offset is None else str(next_offset))
 
     async def count(self, collection: str, filter: Filter | None = None) -> int:
+        """The exact count, remembered until the collection's next update: an exact count iterates
+        every matching point (60 ms for a workspace of 270k chunks), and a search asks it each time."""
         coll = self._collection(collection)
+        try:
+            cached, remembered = coll.counts.get(filter), True
+        except TypeError:  # a condition holding a list: not remembered
+            cached, remembered = None, False
+        if cached is not None and cached[0] == coll.writes:
+            return cached[1]
         with coll.errors("count points"):
-            return coll.shard.count(qe.CountRequest(exact=True, filter=optional_filter(filter)))
+            found = coll.shard.count(qe.CountRequest(exact=True, filter=optional_filter(filter)))
+        if remembered:
+            if len(coll.counts) >= REMEMBERED_COUNTS:
+                coll.counts.clear()
+            coll.counts[filter] = (coll.writes, found)
+        return found
 
     async def search_dense(
         self, collection: str, vector_name: str, vector: Sequence[float], filter: Filter | None = None, *, limit: int = 10
@@ -553,6 +567,7 @@ class EdgeStore:
                 shard.close()
                 raise
             coll.shard, coll.changes_since_flush, coll.change_log = shard, coll.change_log_points, None
+            coll.writes += 1  # another shard answers from here on
         try:
             await asyncio.sleep(0)
             with coll.errors("close the replaced shard"):

@@ -87,6 +87,10 @@ class EdgeCollection:
     # While an index build runs on a copy, every update applied since the copy, to replay on the result.
     change_log: list[qe.UpdateOperation] | None = None
     change_log_points: int = 0
+    # Updates applied so far, and exact counts by filter as of an update number: this process is
+    # the only writer, so a count taken since the last update is still exact.
+    writes: int = 0
+    counts: dict[Any, tuple[int, int]] = field(default_factory=dict)
 
     def errors(self, what: str) -> AbstractContextManager[None]:
         """Backend failures inside become ``StoreError`` naming ``what`` and this collection."""
@@ -98,6 +102,7 @@ class EdgeCollection:
         return self.root / self.spec.name
 
     def update(self, what: str, op: qe.UpdateOperation, changes: int) -> None:
+        self.writes += 1  # first: an update that fails may have changed points all the same
         with self.errors(what):
             self.shard.update(op)
         self.changes_since_flush += max(changes, 1)

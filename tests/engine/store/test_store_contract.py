@@ -236,6 +236,31 @@ async def test_count_is_exact_with_and_without_filter(store: Store, collection: 
     assert await store.count(collection, Filter(must_not=(Match("tenant", "t0"),))) == 20
 
 
+async def test_a_count_asked_again_after_any_write_is_exact(store: Store, collection: str) -> None:
+    """The embedded store remembers exact counts until the collection's next update: every kind of
+    write must show in the next count of the same filter."""
+    t0 = Filter(must=(Match("tenant", "t0"),))
+    with_vector = Filter(must=(HasVector("dense"),))
+    await ready(store, collection, [rec(collection, f"k{i}", f"t{i % 3}", "w", axis(0) if i < 20 else None) for i in range(30)])
+
+    async def counts() -> tuple[int, int, int]:
+        return await store.count(collection), await store.count(collection, t0), await store.count(collection, with_vector)
+
+    assert await counts() == await counts() == (30, 10, 20)
+    await store.upsert(collection, [rec(collection, "new", "t0", "w", axis(1))])
+    assert await counts() == (31, 11, 21)
+    await store.set_payload(collection, [point_id(collection, "k1")], {"tenant": "t0"})
+    assert await counts() == (31, 12, 21)
+    await store.overwrite_payload(collection, point_id(collection, "k0"), {"key": "k0", "tenant": "t9", "terms": "w"})
+    assert await counts() == (31, 11, 21)
+    await store.update_vectors(collection, [(point_id(collection, "k21"), {"dense": axis(2)})])
+    assert await counts() == (31, 11, 22)
+    await store.delete(collection, [point_id(collection, "new")])
+    assert await counts() == (30, 10, 21)
+    await store.delete_by_filter(collection, t0)
+    assert await counts() == (20, 0, 13)
+
+
 async def test_a_missing_collection_is_a_store_error(store: Store, collection: str) -> None:
     with pytest.raises(StoreError):
         await store.count(f"{collection}_absent")

@@ -141,9 +141,16 @@ class LinearScreen:
         try:
             if data.isascii():
                 return self._ascii.search(data) is not None
-            text = decode(data) if isinstance(data, bytes) else data
-            return self._other.search(text.encode("utf-8")) is not None
-        except Exception:  # an engine failure, or a text RE2 cannot take (a lone surrogate), rules nothing out
+            utf8 = text_of(data)[1] if isinstance(data, bytes) else data.encode("utf-8")
+        except Exception:  # a text RE2 cannot take (a lone surrogate) rules nothing out
+            return True
+        return self.may_match_utf8(utf8)
+
+    def may_match_utf8(self, utf8: bytes) -> bool:
+        """``may_match`` of a text that is not all ASCII, given as UTF-8 (:func:`text_of`)."""
+        try:
+            return self._other.search(utf8) is not None
+        except Exception:  # an engine failure rules nothing out
             return True
 
 
@@ -494,11 +501,13 @@ class FileReader:
             if not real.startswith(self._inside):
                 return None
         data = self._read_bytes(real)
-        if data is None and self._last_error == errno.ELOOP:
+        if data == errno.ELOOP:
             # The file itself is now a link: read what it points to, if that is inside the root.
             real = os.path.realpath(real)
             data = self._read_bytes(real) if real.startswith(self._inside) else None
-        if data is None or len(data) > self.max_bytes or data.find(b"\0", 0, BINARY_PROBE_BYTES) >= 0:
+        if not isinstance(data, bytes):
+            return None
+        if len(data) > self.max_bytes or data.find(b"\0", 0, BINARY_PROBE_BYTES) >= 0:
             return None
         return data
 
@@ -524,17 +533,15 @@ class FileReader:
             self._dirs[path] = real
         return real
 
-    _last_error = 0
-
-    def _read_bytes(self, real: str) -> bytes | None:
-        self._last_error = 0
+    def _read_bytes(self, real: str) -> bytes | int | None:
+        """The file's bytes; the error number when it cannot be opened (``ELOOP``: it is a link); None
+        when it is no regular file, is too large or cannot be read. Safe from several threads."""
         try:
             # O_NONBLOCK: a fifo swapped in since the walk must not block the open. O_NOFOLLOW: a
             # link swapped in for the file is resolved (and checked) first.
             descriptor = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except OSError as exc:
-            self._last_error = exc.errno or 0
-            return None
+            return exc.errno or 0
         try:
             info = os.fstat(descriptor)
             if not stat.S_ISREG(info.st_mode) or info.st_size > self.max_bytes:
@@ -562,6 +569,16 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def text_of(data: bytes) -> tuple[str, bytes]:
+    """A file's text as ``decode`` reads it, and that text as UTF-8: the bytes themselves where they
+    are valid UTF-8 (the common case, which needs no second encoding)."""
+    try:
+        return data.decode("utf-8"), data
+    except UnicodeDecodeError:
+        text = decode(data)
+        return text, text.encode("utf-8")
+
+
 def read_text(root: str, rel_path: str, max_bytes: int) -> str | None:
     """The text of a workspace file, or None when it is gone, outside the root, too large or binary."""
     return FileReader(root, max_bytes).read(rel_path)
@@ -576,24 +593,14 @@ def serve(request: dict[str, Any], out: IO[str]) -> None:
     reader = FileReader(str(request["root"]), int(request["max_bytes"]))
     scanned = ruled_out = 0
     reported = time.monotonic()
-    for index, item in enumerate(request["files"]):
-        if left <= 0:
-            break
-        # A file as it is screened: ASCII bytes as read, other text decoded as re reads it.
-        content: str | bytes | None = item.get("text")
-        if content is None:
-            content = reader.read_bytes(str(item["path"]))
-            if content is not None and not content.isascii():
-                content = decode(content)
+    files = request["files"] if left > 0 else []
+    for index, content, ruled in screened_contents(files, reader, screen):
         scanned = index + 1
-        if content is None:
+        ruled_out += ruled
+        if content is None and not ruled:
             out.write(json.dumps({"i": index, "skipped": True}) + "\n")
         else:
-            if screen is not None and not screen.may_match(content):
-                found = []
-                ruled_out += 1
-            else:
-                found = line_matches(pattern, content if isinstance(content, str) else decode(content), left, guide)
+            found = [] if content is None else line_matches(pattern, _text(content), left, guide)
             if found:
                 left -= len(found)
                 out.write(json.dumps({"i": index, "lines": found}) + "\n")
@@ -603,8 +610,41 @@ def serve(request: dict[str, Any], out: IO[str]) -> None:
                 out.write(f'{{"i": {index}}}\n')
         out.flush()
         reported = time.monotonic()
+        if left <= 0:
+            break
     out.write(json.dumps({"done": True, "scanned": scanned, "ruled_out": ruled_out}) + "\n")
     out.flush()
+
+
+def _text(content: str | bytes) -> str:
+    return content if isinstance(content, str) else decode(content)
+
+
+def screened_contents(
+    files: list[dict[str, Any]], reader: FileReader, screen: LinearScreen | None
+) -> Iterator[tuple[int, str | bytes | None, bool]]:
+    """Each file of a request, in order: its index, its content as ``re`` is to read it (None where
+    it cannot be read; ASCII bytes as read, other text decoded as re reads it) and whether the
+    screen ruled it out (its content then dropped: None)."""
+    for index, item in enumerate(files):
+        content, utf8 = _read(item, reader)
+        if content is None or screen is None:
+            yield index, content, False
+            continue
+        kept = screen.may_match(content) if utf8 is None else screen.may_match_utf8(utf8)
+        yield (index, content, False) if kept else (index, None, True)
+
+
+def _read(item: dict[str, Any], reader: FileReader) -> tuple[str | bytes | None, bytes | None]:
+    """A request's file as ``re`` is to read it (its ``text``, else read from the root: ASCII bytes
+    as read, other text decoded) and, for text read that is not all ASCII, its UTF-8 for the screen."""
+    text: str | None = item.get("text")
+    if text is not None:
+        return text, None
+    data = reader.read_bytes(str(item["path"]))
+    if data is None or data.isascii():
+        return data, None
+    return text_of(data)
 
 
 def _limit_resources() -> None:

@@ -172,3 +172,85 @@ def test_a_matching_process_without_re2_answers_the_same() -> None:
     lines = [json.loads(line) for line in answered.stdout.splitlines()]
     assert [line for line in lines if "lines" in line] == [{"i": 0, "lines": [[2, "    return 1  "]]}, {"i": 2, "lines": [[1, "x = 'caf\u00e9'\t"]]}]
     assert lines[-1] == {"done": True, "scanned": 4, "ruled_out": 0}
+
+
+def _many_files(root: Path, count: int) -> list[dict[str, str]]:
+    """``count`` files of every kind a request meets: matching ASCII files, matching non-ASCII
+    files in valid and in broken UTF-8, files without a match, binary files and missing ones."""
+    files = []
+    for number in range(count):
+        name = f"pkg{number % 7}/m{number}.py"
+        kind = number % 6
+        content: bytes | None
+        if kind == 0:
+            content = f"def f{number}():\n    return {number}  \n".encode()
+        elif kind == 1:
+            content = f"s = 'caf\u00e9 {number}'\t\nt = 1\n".encode()
+        elif kind == 2:
+            content = b"s = '\xff\xfe broken'\t\nt = '\xe9'\n" if number % 4 else b"t = '\xe9 broken, no match'\n"
+        elif kind == 3:
+            content = f"x = {number}\n".encode() * 40
+        elif kind == 4:
+            content = b"\x00binary  \n"
+        else:
+            name = f"gone/m{number}.py"  # listed, never written
+            content = None
+        if content is not None:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(content)
+        files.append({"path": name})
+    return files
+
+
+def _expected(root: Path, files: list[dict[str, str]], pattern: re.Pattern[str]) -> list[tuple[int, list[tuple[int, str]]]]:
+    found = []
+    for index, item in enumerate(files):
+        path = root / item["path"]
+        if not path.exists() or b"\x00" in path.read_bytes():
+            continue
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        lines = [(number, line) for number, line in enumerate(text.split("\n"), start=1) if pattern.search(line)]
+        if lines:
+            found.append((index, lines))
+    return found
+
+
+async def test_files_read_from_disk_are_screened_with_the_answer_of_a_plain_scan(pool: MatcherPool, tmp_path: Path) -> None:
+    """Files the process reads itself, of every kind: the screened answer is the unscreened one,
+    file by file and in order (broken UTF-8 read as the indexer reads it), unreadable files are
+    still skipped, and every readable file without a match is ruled out."""
+    files = _many_files(tmp_path, 120)
+    compiled = regex_compile(r"[ \t]+$")
+    request = {"pattern": compiled.pattern, "flags": compiled.flags, "root": str(tmp_path), "max_bytes": 1 << 20, "max_matches": 10_000, "files": files}
+    screened = await pool.run(request, time.monotonic() + 30)
+    plain = await pool.run(dict(request, screen=False), time.monotonic() + 30)
+    expected = _expected(tmp_path, files, re.compile(r"[ \t]+$"))
+    assert any("\ufffd" in line for _, lines in expected for _, line in lines), "a broken UTF-8 file matched"
+    assert screened.error is None and screened.found == plain.found == expected
+    readable = sum(1 for item in files if (tmp_path / item["path"]).exists() and b"\x00" not in (tmp_path / item["path"]).read_bytes())
+    assert screened.ruled_out == readable - len(expected) > 0
+    assert screened.scanned == plain.scanned == len(files)
+
+
+async def test_a_screened_request_stops_at_its_limit(pool: MatcherPool, tmp_path: Path) -> None:
+    """The answer ends where the limit is reached: the same files as the unscreened scan, no
+    file scanned past the one that reached it."""
+    files = _many_files(tmp_path, 120)
+    compiled = regex_compile(r"[ \t]+$")
+    request = {"pattern": compiled.pattern, "flags": compiled.flags, "root": str(tmp_path), "max_bytes": 1 << 20, "max_matches": 10, "files": files}
+    screened = await pool.run(request, time.monotonic() + 30)
+    plain = await pool.run(dict(request, screen=False), time.monotonic() + 30)
+    expected = _expected(tmp_path, files, re.compile(r"[ \t]+$"))[:10]
+    assert screened.found == plain.found == expected
+    assert screened.scanned == plain.scanned == expected[-1][0] + 1
+
+
+def test_a_file_in_broken_utf8_is_screened_as_the_indexer_reads_it() -> None:
+    """Valid UTF-8 is screened as its own bytes; broken UTF-8 as its text with U+FFFD for each
+    undecodable byte, which a class holding U+FFFD matches."""
+    screen = linear_screen(r"[^\x00-\x7f]z", 0)
+    assert screen is not None
+    assert screen.may_match(b"\xffz") and screen.may_match("\u00e9z".encode())
+    assert not screen.may_match("\u00e9 z".encode()) and not screen.may_match(b"\xff z")
+    assert rematch.text_of("caf\u00e9".encode()) == ("caf\u00e9", "caf\u00e9".encode())
+    assert rematch.text_of(b"\xffa") == ("\ufffda", "\ufffda".encode())

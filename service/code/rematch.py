@@ -129,8 +129,8 @@ class LinearScreen:
     ``\\b`` knows ASCII words only, so it is kept for ASCII text (where the two agree) and dropped
     for other text (a second automaton). A file either rules out therefore has no match.
 
-    ASCII bytes are searched as they are; other text is decoded as the indexer decodes it (an
-    undecodable byte is U+FFFD) and searched as UTF-8."""
+    ASCII bytes and valid UTF-8 are searched as they are; other bytes are decoded as the indexer
+    decodes them (an undecodable byte is U+FFFD) and that text searched as UTF-8 (:func:`text_of`)."""
 
     def __init__(self, ascii_text: Any, other_text: Any) -> None:
         self._ascii = ascii_text

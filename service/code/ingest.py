@@ -120,8 +120,8 @@ async def sync(engine: Engine, runtime: IndexTarget, *, deadline: float | None =
     workspace = runtime.workspace
     # The service's skip_dirs apply to every workspace, beside the workspace's own.
     skip_dirs = (*engine.settings.skip_dirs, *workspace.search.skip_dirs)
-    walked = await asyncio.to_thread(walk, workspace.root, skip_dirs, engine.settings.max_file_bytes, protected_dirs(engine.settings))
-    known = runtime.cache.file_states()
+    known = runtime.cache.file_states()  # also spares the walk the binary probe of unchanged files
+    walked = await asyncio.to_thread(walk, workspace.root, skip_dirs, engine.settings.max_file_bytes, protected_dirs(engine.settings), known)
     current = {f.path: f for f in walked.files}
     deleted = sorted(path for path in known if path not in current)
     changed = [f for f in walked.files if known.get(f.path) != (f.size, f.mtime_ns)]

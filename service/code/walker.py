@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,12 +80,19 @@ def walk(
     skip_dirs: Iterable[str] = (),
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     protected: Iterable[str | os.PathLike[str]] = (),
+    known_text: Mapping[str, tuple[int, int]] | None = None,
 ) -> WalkResult:
-    """List the searchable files under ``root`` (see the module docstring for the rules)."""
+    """List the searchable files under ``root`` (see the module docstring for the rules).
+
+    ``known_text``: files known to be text, by path, with the ``(size, mtime_ns)`` they had then
+    (a workspace's indexed files): one that still has them is not probed for a NUL byte again (its
+    content is taken as unchanged, as the index's change detection takes it), which spares a
+    revalidation of an unchanged tree an open and a read of every file."""
     real_root = os.path.realpath(root)
     if not os.path.isdir(real_root):
         raise NotADirectoryError(f"workspace root {root} is not a directory")
     walker = _Walker(real_root, DEFAULT_SKIP_DIRS | frozenset(skip_dirs), max_file_bytes, frozenset(os.path.realpath(p) for p in protected))
+    walker.known_text = known_text or {}
     if walker.is_protected(real_root) or _marked_above(real_root):
         walker.result.pruned_dirs += 1
         return walker.result
@@ -101,6 +108,7 @@ class _Walker:
         self.max_file_bytes = max_file_bytes
         self.protected = protected
         self.result = WalkResult()
+        self.known_text: Mapping[str, tuple[int, int]] = {}
 
     def is_protected(self, real_path: str) -> bool:
         """Whether a real path is, or lies inside, a protected directory."""
@@ -165,7 +173,7 @@ class _Walker:
         if info.st_size > self.max_file_bytes:
             self.result.skipped_too_large += 1
             return
-        binary = _looks_binary(abs_path)
+        binary = False if self.known_text.get(rel) == (info.st_size, info.st_mtime_ns) else _looks_binary(abs_path)
         if binary is None:
             self.result.skipped_unreadable += 1
         elif binary:

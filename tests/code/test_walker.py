@@ -104,6 +104,25 @@ def test_binary_probe_reads_only_the_first_8_kib(workspace: Path) -> None:
     assert "img.png" not in paths(result)
 
 
+def test_a_file_known_as_text_with_its_size_and_mtime_is_not_probed_again(tmp_path: Path) -> None:
+    """``known_text`` spares the binary probe of a file whose size and mtime are those it had when
+    known as text: a NUL byte written in place with both kept (which the index's change detection
+    cannot see either) leaves it listed, while a walk without ``known_text``, or one where the mtime
+    moved, probes it and skips it as binary."""
+    kept = write(tmp_path / "kept.py", "x = 1\n")
+    moved = write(tmp_path / "moved.py", "y = 2\n")
+    before = {path.name: (path.stat().st_size, path.stat().st_mtime_ns) for path in (kept, moved)}
+    for path in (kept, moved):
+        stamp = path.stat().st_mtime_ns
+        path.write_bytes(path.read_bytes().replace(b" = ", b"\0= "))  # same size, now binary
+        os.utime(path, ns=(stamp, stamp))
+    os.utime(moved, ns=(before["moved.py"][1] + 10**9,) * 2)
+
+    assert {f.path for f in walk(tmp_path, known_text=before).files} == {"kept.py"}
+    unknown = walk(tmp_path)
+    assert unknown.files == [] and unknown.skipped_binary == 2
+
+
 def test_default_skip_dirs_apply_without_configuration(workspace: Path) -> None:
     listed = paths(walk(workspace))
 

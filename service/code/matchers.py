@@ -8,7 +8,10 @@ so at most ``size`` patterns match at once: a burst of hostile regexes queues be
 still stops at its own deadline, time queued included) and leaves the other cores to the rest. A
 process that runs past its search's deadline (a catastrophic pattern), whose search is cancelled
 mid-request, or that answers out of protocol is killed and reaped at once; the next search that
-needs one starts a fresh one. ``close`` kills every idle process and reaps it; a process lent out
+needs one starts a fresh one. A request over many files (``SPLIT_MIN_FILES``) that finds
+every process of the pool idle is matched by two at once, the files dealt out alternately, and
+answered as one (:func:`merged`): the same lines, in half the time, as the pool was idle anyway.
+``close`` kills every idle process and reaps it; a process lent out
 is killed when it comes back. A process idle for ``rematch.IDLE_EXIT_S`` ends itself (a pool
 dropped without ``close`` leaves nothing running for long) and is reaped by the next start; every
 process left is killed at interpreter exit.
@@ -32,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,7 @@ from typing import Any
 from service.code.prefilter import scan_plan
 
 POOL_SIZE = 2
+SPLIT_MIN_FILES = 256  # a request over this many files, arriving with the pool idle, is matched by two processes
 ENDED_EARLY = "the matching process ended early"
 MATCHER_LINE_BYTES = 32 << 20  # one file's answer line (at most limit + 1 lines of 4 KiB, JSON-escaped)
 ALARM_GRACE_S = 5  # the process ends itself this long after its deadline, should nobody kill it
@@ -66,6 +71,7 @@ class MatchRun:
     found: list[tuple[int, list[tuple[int, str]]]] = field(default_factory=list)
     scanned: int = 0
     ruled_out: int = 0  # of the scanned files, those the linear screen passed over (told at the end: 0 if cut short)
+    ruled: list[int] = field(default_factory=list)  # which, when the request asked (``report_ruled``)
     timed_out: bool = False
     error: str | None = None
 
@@ -127,6 +133,7 @@ class _Matcher:
         if message.get("done"):
             run.scanned = max(run.scanned, int(message.get("scanned", run.scanned)))
             run.ruled_out = int(message.get("ruled_out", 0))
+            run.ruled = [int(index) for index in message.get("ruled", ())]
             return True
         if "error" in message:
             run.error = str(message["error"])
@@ -250,24 +257,37 @@ class MatcherPool:
         if "plan" not in request:
             plan = scan_plan(str(request["pattern"]), int(request["flags"]))
             request = dict(request, plan=None if plan is None else plan.as_dict())
+        files = request["files"]
+        if len(files) >= SPLIT_MIN_FILES and self.size >= 2 and self._slots_taken == 0 and not self._waiting:
+            self._slots_taken += 2
+            try:
+                halves = [dict(request, files=files[part::2], report_ruled=True) for part in range(2)]
+                return merged(await asyncio.gather(*(self._served(half, deadline) for half in halves)), len(files))
+            finally:
+                self._release()
+                self._release()
         if not await self._acquire(deadline):
             return MatchRun(timed_out=True)
         try:
-            run = MatchRun(error="the matching processes were shut down") if self.closed else MatchRun()
-            for attempt in range(2):
-                if self.closed or deadline <= time.monotonic():
-                    run.timed_out = not self.closed
-                    break
-                matcher = self._take(fresh=attempt > 0)
-                reused = matcher.requests > 0
-                run = await self._attempt(matcher, request, deadline)
-                # A reused process that ended before answering (it ended itself while idle, just as
-                # this request came) is no fault of the request: once more, in a fresh process.
-                if not (reused and run.error == ENDED_EARLY and run.scanned == 0):
-                    break
-            return run
+            return await self._served(request, deadline)
         finally:
             self._release()
+
+    async def _served(self, request: dict[str, Any], deadline: float) -> MatchRun:
+        """One request in one process, the caller holding a slot for it."""
+        run = MatchRun(error="the matching processes were shut down") if self.closed else MatchRun()
+        for attempt in range(2):
+            if self.closed or deadline <= time.monotonic():
+                run.timed_out = not self.closed
+                break
+            matcher = self._take(fresh=attempt > 0)
+            reused = matcher.requests > 0
+            run = await self._attempt(matcher, request, deadline)
+            # A reused process that ended before answering (it ended itself while idle, just as
+            # this request came) is no fault of the request: once more, in a fresh process.
+            if not (reused and run.error == ENDED_EARLY and run.scanned == 0):
+                break
+        return run
 
     def _take(self, *, fresh: bool) -> _Matcher:
         """An idle process that still runs, or a new one (started lazily, here)."""
@@ -346,6 +366,29 @@ class MatcherPool:
         for turn in self._waiting:
             if not turn.done():
                 turn.set_result(None)  # each wakes, finds the pool shut and passes the slot on
+
+
+def merged(halves: Sequence[MatchRun], total: int) -> MatchRun:
+    """Two processes' answers to the alternate files of one request (``files[0::2]`` and
+    ``files[1::2]``) as the answer of one process to all ``total`` of them: files in order, and
+    only as far as both got: a half that stopped early leaves the files after its last one
+    unanswered, whatever the other found there (its last file itself counts when it was cut at the
+    match limit, as a single process's would, and not when the deadline cut it)."""
+    answered = total
+    for part, half in enumerate(halves):
+        if half.scanned < len(range(part, total, 2)):
+            at_limit = not half.timed_out and half.error is None and half.scanned > 0
+            answered = min(answered, part + 2 * half.scanned - (1 if at_limit else 0))
+    found = sorted((part + 2 * index, lines) for part, half in enumerate(halves) for index, lines in half.found)
+    ruled = sorted(part + 2 * index for part, half in enumerate(halves) for index in half.ruled)
+    return MatchRun(
+        found=[(index, lines) for index, lines in found if index < answered],
+        scanned=answered,
+        ruled_out=sum(1 for index in ruled if index < answered),
+        ruled=[index for index in ruled if index < answered],
+        timed_out=any(half.timed_out for half in halves),
+        error=next((half.error for half in halves if half.error is not None), None),
+    )
 
 
 _default: MatcherPool | None = None

@@ -11,13 +11,14 @@ Protocol: one JSON request per line on stdin::
 
     {"pattern": str, "flags": int, "root": str, "max_bytes": int, "max_matches": int,
      "alarm_s"?: int, "plan"?: {"literals": [str, ...], "ignore_case": bool, "single_line": bool},
-     "screen"?: bool, "files": [{"path": str, "text"?: str}, ...]}
+     "screen"?: bool, "report_ruled"?: bool, "files": [{"path": str, "text"?: str}, ...]}
 
 then JSON lines on stdout, files in order: ``{"i": index, "lines": [[line, text], ...]}`` for a
 file with matching lines, ``{"i": index, "skipped": true}`` for a file that could not be read,
 ``{"i": index}`` now and then to say the files up to ``index`` are done (a file without a match
 has no line of its own), and ``{"done": true, "scanned": n, "ruled_out": m}`` last (or
-``{"error": message}``; ``ruled_out``: files of the ``n`` that the linear screen below passed over).
+``{"error": message}``; ``ruled_out``: files of the ``n`` that the linear screen below passed over,
+and with ``report_ruled`` also ``"ruled": [index, ...]``, which ones).
 A file's line is written as soon as it is matched, so a process killed mid-request has told
 what it found before. A file without ``text`` is read from ``root``: a regular file whose real
 path lies inside the root, at most ``max_bytes``, without a NUL byte in its first 8 KiB (the
@@ -592,11 +593,14 @@ def serve(request: dict[str, Any], out: IO[str]) -> None:
     left = int(request["max_matches"])
     reader = FileReader(str(request["root"]), int(request["max_bytes"]))
     scanned = ruled_out = 0
+    ruled_indices: list[int] | None = [] if request.get("report_ruled") else None
     reported = time.monotonic()
     files = request["files"] if left > 0 else []
     for index, content, ruled in screened_contents(files, reader, screen):
         scanned = index + 1
         ruled_out += ruled
+        if ruled and ruled_indices is not None:
+            ruled_indices.append(index)
         if content is None and not ruled:
             out.write(json.dumps({"i": index, "skipped": True}) + "\n")
         else:
@@ -612,7 +616,10 @@ def serve(request: dict[str, Any], out: IO[str]) -> None:
         reported = time.monotonic()
         if left <= 0:
             break
-    out.write(json.dumps({"done": True, "scanned": scanned, "ruled_out": ruled_out}) + "\n")
+    done: dict[str, Any] = {"done": True, "scanned": scanned, "ruled_out": ruled_out}
+    if ruled_indices is not None:
+        done["ruled"] = ruled_indices
+    out.write(json.dumps(done) + "\n")
     out.flush()
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from service.code import rematch
 from service.code.cache import CachedChunk, ChunkCache
 from service.code.lexical import QueryText, anchor_line, matching_lines, shown_line_count
-from service.code.matchers import MatcherPool
+from service.code.matchers import SPLIT_MIN_FILES, MatcherPool, MatchRun
 from service.code.pattern import regex_compile
 from service.code.rematch import read_text, requests
 from service.engine.analyzer import analyze
@@ -135,6 +135,91 @@ async def test_a_cancelled_search_kills_its_process_and_frees_its_slot(pool: Mat
     # Both slots are free again: two hostile searches at once would otherwise leave none.
     runs = await asyncio.gather(*(pool.run(request("y", [{"path": "y", "text": "y"}]), time.monotonic() + 5) for _ in range(2)))
     assert all(run.found == [(0, [(1, "y")])] for run in runs)
+
+
+def many_files(count: int) -> list[dict[str, str]]:
+    """``count`` small files, every seventh holding a comment that ``TAGGED`` matches, some twice."""
+    files = []
+    for n in range(count):
+        text = f"x_{n} = {n}\n"
+        if n % 7 == 0:
+            text += f"# tag_{n}: {n}\n" + ("# again: 1\n" if n % 21 == 0 else "")
+        files.append({"path": f"f{n:04}.py", "text": text})
+    return files
+
+
+TAGGED = r"^\s*#\s*\w+:\s*\d+$"  # no literal narrows it: every file is screened and read
+
+
+async def one_process(pattern: str, files: list[dict[str, str]], max_matches: int) -> MatchRun:
+    """The answer of a single process (a pool of one never splits)."""
+    alone = MatcherPool(size=1)
+    try:
+        return await alone.run(request(pattern, files, max_matches=max_matches), time.monotonic() + 30)
+    finally:
+        alone.close()
+
+
+async def test_a_large_request_to_an_idle_pool_is_matched_by_two_processes_with_one_processs_answer(pool: MatcherPool) -> None:
+    files = many_files(SPLIT_MIN_FILES * 2 + 3)
+    expected = await one_process(TAGGED, files, 10_000)
+
+    run = await pool.run(request(TAGGED, files, max_matches=10_000), time.monotonic() + 30)
+
+    assert pool.started == 2 and len(pool.idle_pids) == 2, "both processes matched, and both went back"
+    assert run.found == expected.found and run.scanned == expected.scanned == len(files)
+    assert run.ruled_out == expected.ruled_out == len(files) - len(expected.found) and run.ruled == sorted(run.ruled)
+    assert not run.timed_out and run.error is None
+    assert len(expected.found) == len(range(0, len(files), 7))
+
+
+@pytest.mark.parametrize("max_matches", [1, 2, 5, 40])
+async def test_a_split_request_stopped_at_its_limit_answers_a_prefix_of_the_files_without_gaps(pool: MatcherPool, max_matches: int) -> None:
+    files = many_files(SPLIT_MIN_FILES * 2)
+    every = await one_process(TAGGED, files, 10_000)
+    alone = await one_process(TAGGED, files, max_matches)
+
+    run = await pool.run(request(TAGGED, files, max_matches=max_matches), time.monotonic() + 30)
+
+    assert pool.started == 2
+    complete = [(index, lines) for index, lines in every.found if index < run.scanned]
+    *whole, (last, lines) = run.found
+    assert whole == complete[:-1] and complete[-1][0] == last == run.scanned - 1, "every file up to the cut-off answered, the cut one last"
+    assert lines == complete[-1][1][: len(lines)], "the file at the limit gives its first lines"
+    assert sum(len(lines) for _, lines in run.found) >= max_matches, "as many lines as the limit asked for"
+    first = [(index, line) for index, lines in alone.found for line in lines]
+    assert [(index, line) for index, lines in run.found for line in lines][: len(first)] == first, "one process's lines come first"
+    assert run.scanned < len(files) and run.ruled_out == sum(1 for index in run.ruled if index < run.scanned) == len(run.ruled)
+
+
+async def test_a_split_request_past_its_deadline_keeps_only_the_files_both_halves_answered(pool: MatcherPool) -> None:
+    files = many_files(SPLIT_MIN_FILES * 2)
+    hostile_at = 301  # the second half's 151st file: the first half runs on past it
+    files[hostile_at] = {"path": "slow.txt", "text": HOSTILE_TEXT}
+    every = await one_process(TAGGED, [*files[:hostile_at]], 10_000)
+
+    started = time.monotonic()
+    run = await pool.run(request(r"^\s*#\s*\w+:\s*\d+$|(x+x+)+y", files), time.monotonic() + 3.0)
+
+    assert time.monotonic() - started < 6.0
+    # Files without a match are reported done now and then, so the answered ones may stop a little short of it.
+    assert run.timed_out and hostile_at - 20 < run.scanned <= hostile_at
+    assert run.found == [(index, lines) for index, lines in every.found if index < run.scanned], "what either half found past it is left out"
+    assert run.ruled_out == len(run.ruled) and all(index < run.scanned for index in run.ruled)
+    assert pool.idle_pids == [] or len(pool.idle_pids) == 1, "the process past its deadline was killed"
+
+
+async def test_a_large_request_while_a_process_is_lent_out_is_matched_by_one(pool: MatcherPool) -> None:
+    hostile = asyncio.create_task(pool.run(request(CATASTROPHIC, [{"path": "slow", "text": HOSTILE_TEXT}]), time.monotonic() + 1.5))
+    await asyncio.sleep(0.2)
+    files = many_files(SPLIT_MIN_FILES * 2)
+    expected = await one_process(TAGGED, files, 10_000)
+
+    run = await pool.run(request(TAGGED, files, max_matches=10_000), time.monotonic() + 10)
+
+    assert not hostile.done(), "the large request did not wait for the lent process"
+    assert run.found == expected.found and run.scanned == len(files) and pool.started == 2
+    assert (await hostile).timed_out
 
 
 async def test_close_kills_and_reaps_every_process() -> None:

@@ -104,6 +104,45 @@ def test_typical_patterns_keep_matching_files_and_rule_out_others(pattern: str, 
     assert not matches(pattern, ruled_out) and not screen.may_match(ruled_out)
 
 
+@pytest.mark.parametrize(
+    ("pattern", "lead"),
+    [
+        (r"^\s*#\s*\w+:\s*\d+$", "[\\x{23}]"),  # from the first literal on
+        (r"\bTODO\b", "[\\x{54}]"),
+        (r"^(ab|cd)x\w+", "[\\x{78}]"),  # a group before it, not a literal of its own
+        (r"#\s*x", None),  # the pattern starts with its literal
+        (r"^\s*\w+$", None),  # no literal at the top level
+        (r"^\s*(#)", None),  # a literal only inside a group
+        (r"(?i)^\s*#k", None),  # ignoring case, a literal is a class
+    ],
+)
+def test_a_pattern_with_a_literal_after_its_start_is_screened_from_it_first(pattern: str, lead: str | None) -> None:
+    screen = screen_of(pattern)
+    if lead is None:
+        assert screen.lead is None
+    else:
+        assert screen.lead is not None and screen.lead.startswith(lead), screen.lead
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    head=st.lists(st.sampled_from([r"^", r"\s*", r"\w+", r"\b", "(a|bc)", ".*", r"\d"]), min_size=1, max_size=3),
+    tail=st.lists(st.sampled_from(EXACT_PIECES + WIDENED_PIECES), min_size=0, max_size=3),
+    literal=st.sampled_from(["#", ":", "e", "\u00e9", "T"]),
+    data=RAW,
+)
+def test_a_screen_with_a_lead_keeps_exactly_the_files_the_whole_keeps(head: list[str], tail: list[str], literal: str, data: bytes) -> None:
+    """The lead only passes over files the whole would rule out: the answer is the whole's alone."""
+    compiled = regex_compile("".join([*head, literal, *tail]))
+    screen = linear_screen(compiled.pattern, compiled.flags)
+    assert screen is not None and screen.lead is not None, compiled.pattern
+    whole = rematch.LinearScreen(screen._ascii, screen._other)
+    for content in (data, decode(data)):
+        assert screen.may_match(content) == whole.may_match(content), (compiled.pattern, data)
+        if compiled.search(decode(data)) is not None:
+            assert screen.may_match(content), (compiled.pattern, data)
+
+
 def test_a_file_a_catastrophic_pattern_does_not_match_is_ruled_out_without_backtracking() -> None:
     """``re`` would try 2^n ways to split the run before failing; the automaton reads it once."""
     assert not screen_of(r"(x+x+)+y").may_match(b"x" * 100_000)

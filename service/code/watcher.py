@@ -1,7 +1,9 @@
 """Watching a workspace root: the files that changed under it, delivered to the event loop in debounced batches.
 
-One ``RootWatcher`` per open workspace. Its thread holds the operating system's watch of the whole
-tree (inotify on Linux, through ``watchfiles``' notifier) and waits for changes; a batch is handed
+One ``RootWatcher`` per open workspace. Its thread holds the operating system's watch of the
+tree (on Linux ``inotify.TreeWatch``, which asks for changes alone, not the opens every read of a
+file causes, and skips pruned directories; elsewhere ``watchfiles``' notifier) and waits for
+changes; a batch is handed
 over once the tree has been quiet for ``STEP_MS`` (at most ``DEBOUNCE_MS`` after its first change),
 so a save that writes a file in several steps, or a checkout that touches a thousand, arrives as
 one batch. Batches that arrive while the previous one is being applied are merged.
@@ -23,12 +25,15 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from watchfiles._rust_notify import RustNotify
+
+from service.code.inotify import TreeWatch, WatchError
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +107,37 @@ class RootWatcher:
     # ---- the thread ----------------------------------------------------------------------------
 
     def _watch(self) -> None:
+        if sys.platform.startswith("linux"):
+            self._watch_inotify()
+        else:
+            self._watch_notify()
+
+    def _watch_inotify(self) -> None:
+        try:
+            tree = TreeWatch(str(self.root), self._skipped)
+        except WatchError as exc:  # the watch limit, a root gone or unreadable: no watch at all
+            self._post(f"the root cannot be watched ({exc})")
+            return
+        with tree:
+            self._post("")  # ready
+            while not self._stop.is_set():
+                try:
+                    changed = tree.changes(DEBOUNCE_MS, STEP_MS, TIMEOUT_MS, self._stop)
+                except WatchError as exc:
+                    self._post(str(exc))  # says why: the root gone, the queue overflowed, the watch limit
+                    return
+                if not os.path.isdir(self.root):
+                    self._post("the root is gone")
+                    return
+                if changed and not self._stop.is_set():
+                    self._post(changed)
+
+    def _skipped(self, directory: str) -> bool:
+        """Directories nothing searchable can be under: pruned names, the service's own directories."""
+        return os.path.basename(directory) in self._pruned or (directory + os.sep).startswith(self._ignored)
+
+    def _watch_notify(self) -> None:
+        """Elsewhere than Linux: the platform's own notifier, through ``watchfiles``."""
         try:
             notify = RustNotify([str(self.root)], False, False, POLL_DELAY_MS, True, False)
         except Exception as exc:  # the watch limit, a root gone or unreadable: no watch at all

@@ -71,6 +71,10 @@ Those any layer raises or catches are defined here; those private to one module 
                                           retries the job in a second
     service.code.trigram.IndexLocked      another writer holds the trigram index: code search
                                           answers from the index as it is, with a notice
+    service.code.inotify.WatchError       a workspace root cannot be watched, or its watch ended (the
+                                          root gone, the watch limit, the event queue overflowed):
+                                          service.code.watcher reports the watch lost, and the
+                                          workspace is revalidated by mtime on search
     service.code.matchers._ProtocolError  a regex matching process answered outside its protocol:
                                           the pool kills the process; the regex search answers the
                                           matches so far with a notice

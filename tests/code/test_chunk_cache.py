@@ -43,3 +43,27 @@ def test_a_row_written_as_plain_text_is_still_read(tmp_path: Path) -> None:
         assert cache.by_keys(["old"])["old"].text == "def old():\n    pass\n"
     finally:
         cache.close()
+
+
+def test_the_counts_follow_every_write_of_this_cache_and_of_another_connection(tmp_path: Path) -> None:
+    """The counts are remembered between writes: each kind of write shows in the next count."""
+    cache = ChunkCache(tmp_path)
+    other = ChunkCache(tmp_path)  # another process's writer (a separate worker), as a second connection
+    try:
+        assert (cache.file_count(), cache.chunk_count()) == (0, 0)
+        cache.replace_files([FileState("a.py", 1, 1), FileState("b.py", 1, 1)], [_chunk("k1", "a.py", CODE), _chunk("k2", "a.py", CODE), _chunk("k3", "b.py", CODE)])
+        assert (cache.file_count(), cache.chunk_count()) == (2, 3)
+        other.replace_files([FileState("c.py", 1, 1)], [_chunk("k4", "c.py", CODE), _chunk("k5", "c.py", CODE)], deleted=["b.py"])
+        assert (cache.file_count(), cache.chunk_count()) == (2, 4), "a's two chunks and c's two"
+        assert (cache.file_count(), cache.chunk_count()) == (other.file_count(), other.chunk_count())
+        with sqlite3.connect(tmp_path / CACHE_FILE) as db:  # a write outside the cache's own methods
+            db.execute("DELETE FROM chunks WHERE key = 'k1'")
+        assert cache.chunk_count() == 3
+        cache.replace_files([FileState("a.py", 1, 2)], [])
+        assert (cache.file_count(), cache.chunk_count()) == (2, 2)
+        cache.clear()
+        assert (cache.file_count(), cache.chunk_count()) == (0, 0)
+        assert (other.file_count(), other.chunk_count()) == (0, 0)
+    finally:
+        other.close()
+        cache.close()

@@ -96,6 +96,8 @@ class TreeWatch:
         """The paths changed, once the tree has been quiet for ``step_ms`` after a change (at most
         ``debounce_ms`` after the first); empty after ``timeout_ms`` without one, or on ``stop``."""
         changed: set[str] = set()
+        poller = select.poll()  # not select(): a service holds many files, and select takes no descriptor past 1023
+        poller.register(self.fd, select.POLLIN)
         started = time.monotonic()
         first: float | None = None
         while not stop.is_set():
@@ -104,8 +106,7 @@ class TreeWatch:
                 break
             if first is not None and now - first >= debounce_ms / 1000:
                 break
-            ready, _, _ = select.select([self.fd], [], [], step_ms / 1000)
-            if not ready:
+            if not poller.poll(step_ms):
                 if first is not None:
                     break  # quiet for a step after a change
                 continue

@@ -107,10 +107,14 @@ class RootWatcher:
     # ---- the thread ----------------------------------------------------------------------------
 
     def _watch(self) -> None:
-        if sys.platform.startswith("linux"):
-            self._watch_inotify()
-        else:
-            self._watch_notify()
+        try:
+            if sys.platform.startswith("linux"):
+                self._watch_inotify()
+            else:
+                self._watch_notify()
+        except Exception as exc:  # whatever ends the thread ends the watch, said: never a silent one
+            log.exception("the workspace watch failed", extra={"root": str(self.root)})
+            self._post(f"the watch failed ({exc})")
 
     def _watch_inotify(self) -> None:
         try:

@@ -123,3 +123,25 @@ def test_a_stop_ends_the_wait_at_once(watch: TreeWatch) -> None:
     stop = threading.Event()
     stop.set()
     assert watch.changes(debounce_ms=800, step_ms=50, timeout_ms=60_000, stop=stop) == set()
+
+
+def test_a_watch_whose_descriptor_is_past_1023_still_waits_for_changes(tree: Path) -> None:
+    """A service holds many files, so its watch's descriptor can be past what ``select`` takes."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1_100:
+        pytest.skip(f"this process may not hold 1,100 files (hard limit {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1_100), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1_030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        with TreeWatch(str(tree), pruned) as watching:
+            assert watching.fd > 1_023
+            (tree / "app" / "main.py").write_text("changed\n")
+            assert changes(watching) == {str(tree / "app" / "main.py")}
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

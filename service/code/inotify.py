@@ -6,7 +6,7 @@ a 15,590-file tree, a whole-tree regex search cost the service about 150 ms of C
 watcher, beside the search's own. ``TreeWatch`` asks for changes alone (writes, attributes,
 creations, deletions, moves), one watch a directory, and does not descend into the directories
 ``skip`` names (pruned directories never hold a searchable file) nor follow links to directories;
-of a skipped ``.git`` it watches ``info`` alone, for ``.git/info/exclude``. A directory created or
+of a skipped ``.git`` it watches its own entries and ``info``, for ``.git/info/exclude``. A directory created or
 moved into the tree is watched as it arrives. A full event queue, the watch limit and a root that
 goes away end the watch with a ``WatchError`` that says why: the caller then falls back to
 revalidating by mtime.
@@ -68,6 +68,7 @@ class TreeWatch:
             raise WatchError(f"inotify cannot start ({os.strerror(ctypes.get_errno())})")
         self._paths: dict[int, str] = {}  # watch descriptor -> directory
         self._descriptors: dict[str, int] = {}
+        self._git: set[str] = set()  # skipped .git directories watched for their info alone
         try:
             if not self._add(self.root):
                 raise WatchError("the root is gone")
@@ -141,6 +142,7 @@ class TreeWatch:
             if directory == self.root:
                 raise WatchError("the root is gone")
             if mask & IN_IGNORED:
+                self._git.discard(directory)
                 self._paths.pop(descriptor, None)
                 if self._descriptors.get(directory) == descriptor:
                     del self._descriptors[directory]
@@ -152,7 +154,10 @@ class TreeWatch:
             if mask & (IN_MOVED_FROM | IN_DELETE):
                 self._forget(path)
             if mask & (IN_CREATE | IN_MOVED_TO):
-                self._add_tree(path)
+                if directory not in self._git:
+                    self._add_tree(path)
+                elif name == "info":
+                    self._add(path)
         changed.add(path)
         return True
 
@@ -184,8 +189,10 @@ class TreeWatch:
                     pending.append(entry.path)
 
     def _add_git_info(self, path: str) -> None:
-        """Of a skipped ``.git``, its ``info`` (where ``exclude`` lives) alone."""
-        if os.path.basename(path) == ".git":
+        """Of a skipped ``.git``, its ``info`` (where ``exclude`` lives) alone, and the ``.git``
+        itself for its entries only, so an ``info`` made later (``git init``) is watched too."""
+        if os.path.basename(path) == ".git" and self._add(path):
+            self._git.add(path)
             self._add(os.path.join(path, "info"))
 
     def _add(self, directory: str) -> bool:
@@ -206,6 +213,7 @@ class TreeWatch:
         """Stop watching a directory gone from ``top`` and all below it (moved away, deleted)."""
         prefix = top + os.sep
         for directory in [d for d in self._descriptors if d == top or d.startswith(prefix)]:
+            self._git.discard(directory)
             descriptor = self._descriptors.pop(directory)
             self._paths.pop(descriptor, None)
             self._lib.inotify_rm_watch(self.fd, descriptor)

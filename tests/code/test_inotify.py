@@ -61,13 +61,28 @@ def test_reads_wake_the_watch_for_nothing_and_no_watch_asks_for_opens(tree: Path
 
 
 def test_pruned_directories_are_not_watched_but_git_info_is(tree: Path, watch: TreeWatch) -> None:
-    # repo, app, app/util, docs and .git/info: not node_modules, .git or what is below them.
-    assert watch.watched == len(watch_masks(watch.fd)) == 5
+    # repo, app, app/util, docs, .git (its own entries) and .git/info: nothing in node_modules or .git/objects.
+    assert watch.watched == len(watch_masks(watch.fd)) == 6
     (tree / "node_modules" / "lib" / "index.js").write_text("changed\n")
-    (tree / ".git" / "HEAD").write_text("ref: refs/heads/other\n")
+    (tree / ".git" / "objects" / "ab" / "cd").write_text("object\n")
     assert changes(watch) == set()
     (tree / ".git" / "info" / "exclude").write_text("*.log\n")
     assert changes(watch) == {str(tree / ".git" / "info" / "exclude")}
+
+
+def test_a_git_directory_made_after_the_watch_has_its_info_watched_alone(tmp_path: Path) -> None:
+    root = tmp_path / "fresh"
+    (root / "src").mkdir(parents=True)
+    with TreeWatch(str(root), pruned) as watching:
+        (root / ".git").mkdir()
+        assert changes(watching) == {str(root / ".git")}
+        (root / ".git" / "info").mkdir()
+        (root / ".git" / "objects" / "ab").mkdir(parents=True)
+        changes(watching)
+        assert watching.watched == 4  # fresh, src, .git, .git/info
+        (root / ".git" / "objects" / "ab" / "cd").write_text("object\n")
+        (root / ".git" / "info" / "exclude").write_text("*.log\n")
+        assert changes(watching) == {str(root / ".git" / "info" / "exclude")}
 
 
 def test_edits_creations_and_deletions_are_reported_by_path(tree: Path, watch: TreeWatch) -> None:

@@ -185,15 +185,6 @@ class ChunkCache:
                 found[row[0]] = _row(row)
         return found
 
-    def places_by_keys(self, keys: Iterable[str]) -> dict[str, tuple[str, int, str | None]]:
-        """Each key's ``(path, start_line, symbol)``, read without its text."""
-        found: dict[str, tuple[str, int, str | None]] = {}
-        for batch in _batches(list(keys)):
-            marks = ",".join("?" * len(batch))
-            for key, path, start, symbol in self._db.execute(f"SELECT key, path, start_line, symbol FROM chunks WHERE key IN ({marks})", batch):
-                found[key] = (path, start, symbol)
-        return found
-
     def iter_chunks(self, prefix: str = "", *, batch: int = 512) -> Iterator[list[CachedChunk]]:
         """Chunks in (path, line) order, in batches; ``prefix`` limits them to one file or directory."""
         for rows in self._ordered(_COLUMNS, prefix, batch):

@@ -350,15 +350,15 @@ async def _set_pending(engine: Engine, keys: list[str]) -> None:
                 continue
 
 
-def lexical_documents(chunks: Iterable[CachedChunk], terms: Sequence[str] | None = None) -> Iterator[tuple[str, str, str, str]]:
-    """The lexical index's documents of ``chunks``: key, path, text and BM25 terms (``terms``, one
-    per chunk, when already derived)."""
+def lexical_documents(chunks: Iterable[CachedChunk], terms: Sequence[str] | None = None) -> Iterator[tuple[str, str, str, str, int, str | None]]:
+    """The lexical index's documents of ``chunks``: key, path, text, BM25 terms (``terms``, one
+    per chunk, when already derived), first line and symbol."""
     if terms is not None:
         for chunk, chunk_terms_ in zip(chunks, terms, strict=True):
-            yield chunk.key, chunk.path, chunk.text, chunk_terms_
+            yield chunk.key, chunk.path, chunk.text, chunk_terms_, chunk.start_line, chunk.symbol
         return
     for chunk in chunks:
-        yield chunk.key, chunk.path, chunk.text, chunk_terms(chunk.path, chunk.symbol, chunk.text)
+        yield chunk.key, chunk.path, chunk.text, chunk_terms(chunk.path, chunk.symbol, chunk.text), chunk.start_line, chunk.symbol
 
 
 async def repair_trigram(runtime: IndexTarget) -> int:

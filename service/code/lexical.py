@@ -133,9 +133,9 @@ def lexical_ranking(ranked: Sequence[RankedChunk], runtime: WorkspaceRuntime, sc
 
     for chunk in runtime.cache.by_keys(bm25).values():
         take(chunk)
-    literal_keys = [key for key in runtime.trigram.candidates_literal(query.literal, LITERAL_CANDIDATES) or [] if key not in bm25]
-    if literal_keys and needle:
-        places = runtime.cache.places_by_keys(literal_keys)
+    candidates = runtime.trigram.literal_places(query.literal, LITERAL_CANDIDATES) or {}
+    places = {key: place for key, place in candidates.items() if key not in bm25}
+    if places and needle:
         in_scope = [key for key, (path, _start, _symbol) in places.items() if scope.contains(path)]
         # As the final sort orders literal holders (none of these is a BM25 hit: their BM25 is 0).
         in_scope.sort(key=lambda key: (not _names_declared(places[key][2], names), places[key][0], places[key][1]))

@@ -169,7 +169,7 @@ async def test_a_trigram_write_the_cache_never_got_is_put_back_on_open(module_se
         cache.close()
     with TrigramIndex.open(cache_dir / "trigram") as index:
         index.delete_paths([path])
-        index.add([("never-cached", path, "zebra_quagga_unicorn = 1", "zebra quagga unicorn"), ("never-cached-2", path, "okapi_narwhal = 2", "okapi narwhal")])
+        index.add([("never-cached", path, "zebra_quagga_unicorn = 1", "zebra quagga unicorn", 1, None), ("never-cached-2", path, "okapi_narwhal = 2", "okapi narwhal", 2, None)])
         index.commit()
         assert index.num_docs != cached
     caplog.clear()

@@ -16,7 +16,18 @@ from service.code.lexical import run_matcher
 from service.code.pattern import regex_compile
 from service.code.prefilter import AllOf, AnyOf, Requirement, line_requirement, required_literals
 from service.code.rematch import line_matches
-from service.code.trigram import COUNTED_TERMS, IndexLocked, TrigramIndex, Within, trigrams
+from service.code.trigram import (
+    COUNTED_TERMS,
+    TERMS_TOKENIZER,
+    TRIGRAM_TOKENIZER,
+    IndexLocked,
+    Place,
+    TrigramIndex,
+    Within,
+    terms_analyzer,
+    trigram_analyzer,
+    trigrams,
+)
 from service.engine.analyzer import terms_text
 
 DOCS = {
@@ -31,7 +42,7 @@ DOCS = {
 @pytest.fixture
 def index(tmp_path: Path) -> TrigramIndex:
     opened = TrigramIndex.open(tmp_path / "trigram")
-    opened.add((chunk_id, path, text, terms_text(text)) for chunk_id, (path, text) in DOCS.items())
+    opened.add((chunk_id, path, text, terms_text(text), 1, None) for chunk_id, (path, text) in DOCS.items())
     opened.commit()
     yield opened
     opened.close()
@@ -80,7 +91,7 @@ def test_deleted_paths_leave_the_index(index: TrigramIndex) -> None:
 def test_a_second_writer_is_refused_and_the_index_reopens(tmp_path: Path) -> None:
     directory = tmp_path / "trigram"
     first = TrigramIndex.open(directory)
-    first.add([("x#1", "x.py", "hello world", "hello world")])
+    first.add([("x#1", "x.py", "hello world", "hello world", 1, None)])
     first.commit()
     with pytest.raises(IndexLocked):
         TrigramIndex.open(directory)
@@ -105,16 +116,50 @@ def test_an_index_with_another_schema_is_rebuilt(tmp_path: Path) -> None:
 
     with TrigramIndex.open(directory) as rebuilt:
         assert rebuilt.num_docs == 0
-        rebuilt.add([("y#1", "y.py", "fresh text", "fresh text")])
+        rebuilt.add([("y#1", "y.py", "fresh text", "fresh text", 1, None)])
         rebuilt.commit()
         assert rebuilt.candidates_literal("fresh", 10) == ["y#1"]
+
+
+def test_a_literals_candidates_come_with_their_places(tmp_path: Path) -> None:
+    with TrigramIndex.open(tmp_path / "trigram") as opened:
+        opened.add([("m#12", "pkg/m.py", "def load_user(x):\n    return x", "", 12, "Store.load_user"), ("n#1", "n.py", "load_user = None", "", 1, None)])
+        opened.commit()
+        assert opened.literal_places("load_user", 10) == {"m#12": Place("pkg/m.py", 12, "Store.load_user"), "n#1": Place("n.py", 1, None)}
+        assert sorted(opened.literal_places("load_user", 10) or {}) == sorted(opened.candidates_literal("load_user", 10) or [])
+        assert opened.literal_places("lo", 10) is None
+
+
+def test_an_index_without_places_is_rebuilt(tmp_path: Path) -> None:
+    """An index written before chunks' places were stored in it (the same fields less those) is
+    taken as stale: it opens empty, and the workspace refills it from its chunk cache."""
+    import tantivy
+
+    directory = tmp_path / "trigram"
+    directory.mkdir()
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field("path", stored=True, fast=True, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field("dirs", tokenizer_name="raw", index_option="basic")
+    builder.add_text_field("terms", tokenizer_name=TERMS_TOKENIZER, index_option="freq")
+    builder.add_text_field("grams", tokenizer_name=TRIGRAM_TOKENIZER, index_option="basic")
+    earlier = tantivy.Index(builder.build(), path=str(directory))
+    earlier.register_tokenizer(TRIGRAM_TOKENIZER, trigram_analyzer())
+    earlier.register_tokenizer(TERMS_TOKENIZER, terms_analyzer())
+    writer = earlier.writer(heap_size=15_000_000, num_threads=1)
+    writer.add_document(tantivy.Document(chunk_id=["x#1"], path=["x.py"], dirs=[""], terms=["x"], grams=["x"]))
+    writer.commit()
+    del writer, earlier
+
+    with TrigramIndex.open(directory) as rebuilt:
+        assert rebuilt.num_docs == 0
 
 
 def test_a_closed_index_refuses_writes(tmp_path: Path) -> None:
     opened = TrigramIndex.open(tmp_path / "trigram")
     opened.close()
     with pytest.raises(RuntimeError, match="closed"):
-        opened.add([("x", "x", "x", "x")])
+        opened.add([("x", "x", "x", "x", 1, None)])
 
 
 # --- BM25 ranking ------------------------------------------------------------------------------
@@ -131,7 +176,7 @@ RANKED = {
 @pytest.fixture
 def ranked_index(tmp_path: Path) -> TrigramIndex:
     opened = TrigramIndex.open(tmp_path / "lexical")
-    opened.add((key, path, terms, terms) for key, (path, terms) in RANKED.items())
+    opened.add((key, path, terms, terms, 1, None) for key, (path, terms) in RANKED.items())
     opened.commit()
     yield opened
     opened.close()
@@ -288,7 +333,7 @@ def test_candidates_cover_every_real_match(tmp_path: Path) -> None:
     ]
     texts = {f"{c.path}#{c.start_line}": c.text for c in chunks}
     with TrigramIndex.open(tmp_path / "trigram") as index:
-        index.add((chunk_id, chunk_id.split("#")[0], text, "") for chunk_id, text in texts.items())
+        index.add((chunk_id, chunk_id.split("#")[0], text, "", 1, None) for chunk_id, text in texts.items())
         index.commit()
         for pattern in [
             r"def \w+_action",
@@ -388,7 +433,7 @@ def test_file_candidates_never_drop_a_file_that_matches(tmp_path_factory: pytest
     with TrigramIndex.open(tmp_path_factory.mktemp("trigram")) as index:
         for number, text in enumerate(files):
             path = f"f{number}.py"
-            index.add((f"{path}#{chunk.start_line}", path, chunk.text, "") for chunk in chunk_file(path, text))
+            index.add((f"{path}#{chunk.start_line}", path, chunk.text, "", chunk.start_line, chunk.symbol) for chunk in chunk_file(path, text))
         index.commit()
         candidates = index.candidate_paths(pattern, 10_000, ignore_case=ignore_case)
     matching = {f"f{number}.py" for number, text in enumerate(files) if compiled.search(text)}
@@ -397,7 +442,7 @@ def test_file_candidates_never_drop_a_file_that_matches(tmp_path_factory: pytest
 
 def test_file_candidates_join_the_chunks_of_a_file(tmp_path: Path) -> None:
     with TrigramIndex.open(tmp_path / "trigram") as index:
-        index.add([("a#1", "a.py", "def alpha():\n    return 1", ""), ("a#4", "a.py", "def beta():\n    return 2", ""), ("b#1", "b.py", "def alpha(): pass", "")])
+        index.add([("a#1", "a.py", "def alpha():\n    return 1", "", 1, "alpha"), ("a#4", "a.py", "def beta():\n    return 2", "", 4, "beta"), ("b#1", "b.py", "def alpha(): pass", "", 1, "alpha")])
         index.commit()
         assert index.candidate_paths("(?s)alpha.*beta", 10) == {"a.py"}  # the two literals lie in two chunks
         # Without (?s) a match lies in one line, so in one chunk: no chunk holds both literals.

@@ -4,7 +4,8 @@ BM25 and proposes the candidates (chunks, or files) that may match a literal or 
 The index is derived from the chunk cache: one document per chunk with its ``chunk_id``, its
 ``path``, its ancestor directories (``dirs``, so a directory scope is one term), its BM25 terms
 (the analyzer's output, weighted by repetition: ``context.chunk_terms``) in a whitespace-tokenized
-field with term frequencies, and its text in an ngram(3, 3) field. Lexical search reads this index
+field with term frequencies, its text in an ngram(3, 3) field, and its first line and symbol
+stored (a literal's candidates come with their places: ``literal_places``). Lexical search reads this index
 and the cache alone; the store's points of a workspace's chunks carry no BM25 terms.
 
 The trigram field's analyzer lowercases and folds to ASCII, so case-insensitive matches that Python's ``re`` accepts (``ı``/``i``, ``ſ``/``s``, ``K``/``k``) still

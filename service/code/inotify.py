@@ -66,6 +66,8 @@ class TreeWatch:
             raise WatchError(f"inotify is not available ({exc})") from None
         if self.fd < 0:
             raise WatchError(f"inotify cannot start ({os.strerror(ctypes.get_errno())})")
+        self._poller = select.poll()  # not select(): a service holds many files, and select takes no descriptor past 1023
+        self._poller.register(self.fd, select.POLLIN)
         self._paths: dict[int, str] = {}  # watch descriptor -> directory
         self._descriptors: dict[str, int] = {}
         self._git: set[str] = set()  # skipped .git directories watched for their info alone
@@ -97,8 +99,6 @@ class TreeWatch:
         """The paths changed, once the tree has been quiet for ``step_ms`` after a change (at most
         ``debounce_ms`` after the first); empty after ``timeout_ms`` without one, or on ``stop``."""
         changed: set[str] = set()
-        poller = select.poll()  # not select(): a service holds many files, and select takes no descriptor past 1023
-        poller.register(self.fd, select.POLLIN)
         started = time.monotonic()
         first: float | None = None
         while not stop.is_set():
@@ -107,7 +107,7 @@ class TreeWatch:
                 break
             if first is not None and now - first >= debounce_ms / 1000:
                 break
-            if not poller.poll(step_ms):
+            if not self._poller.poll(step_ms):
                 if first is not None:
                     break  # quiet for a step after a change
                 continue

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from watchfiles._rust_notify import RustNotify
 
@@ -108,60 +109,48 @@ class RootWatcher:
 
     def _watch(self) -> None:
         try:
-            if sys.platform.startswith("linux"):
-                self._watch_inotify()
-            else:
-                self._watch_notify()
+            source, wait = self._inotify() if sys.platform.startswith("linux") else self._notify()
+        except Exception as exc:  # the watch limit, a root gone or unreadable: no watch at all
+            self._post(f"the root cannot be watched ({exc})")
+            return
+        try:
+            with source:
+                self._post("")  # ready
+                while not self._stop.is_set():
+                    changed = wait()
+                    if changed is None:  # stopped
+                        return
+                    if not os.path.isdir(self.root):
+                        self._post("the root is gone")
+                        return
+                    if changed and not self._stop.is_set():
+                        self._post(changed)
+        except WatchError as exc:  # says why: the root gone, the queue overflowed, the watch limit
+            self._post(str(exc))
         except Exception as exc:  # whatever ends the thread ends the watch, said: never a silent one
             log.exception("the workspace watch failed", extra={"root": str(self.root)})
             self._post(f"the watch failed ({exc})")
 
-    def _watch_inotify(self) -> None:
-        try:
-            tree = TreeWatch(str(self.root), self._skipped)
-        except WatchError as exc:  # the watch limit, a root gone or unreadable: no watch at all
-            self._post(f"the root cannot be watched ({exc})")
-            return
-        with tree:
-            self._post("")  # ready
-            while not self._stop.is_set():
-                try:
-                    changed = tree.changes(DEBOUNCE_MS, STEP_MS, TIMEOUT_MS, self._stop)
-                except WatchError as exc:
-                    self._post(str(exc))  # says why: the root gone, the queue overflowed, the watch limit
-                    return
-                if not os.path.isdir(self.root):
-                    self._post("the root is gone")
-                    return
-                if changed and not self._stop.is_set():
-                    self._post(changed)
+    def _inotify(self) -> tuple[contextlib.AbstractContextManager[Any], Callable[[], set[str] | None]]:
+        """On Linux: the service's own watch (``inotify.TreeWatch``), and its wait for a batch."""
+        tree = TreeWatch(str(self.root), self._skipped)
+        return tree, lambda: tree.changes(DEBOUNCE_MS, STEP_MS, TIMEOUT_MS, self._stop)
+
+    def _notify(self) -> tuple[contextlib.AbstractContextManager[Any], Callable[[], set[str] | None]]:
+        """Elsewhere: the platform's own notifier, through ``watchfiles``, and its wait for a batch."""
+        notify = RustNotify([str(self.root)], False, False, POLL_DELAY_MS, True, False)
+
+        def wait() -> set[str] | None:
+            raw = notify.watch(DEBOUNCE_MS, STEP_MS, TIMEOUT_MS, self._stop)
+            if raw == "stop":
+                return None
+            return {path for _change, path in raw} if isinstance(raw, set) else set()
+
+        return notify, wait
 
     def _skipped(self, directory: str) -> bool:
         """Directories nothing searchable can be under: pruned names, the service's own directories."""
         return os.path.basename(directory) in self._pruned or (directory + os.sep).startswith(self._ignored)
-
-    def _watch_notify(self) -> None:
-        """Elsewhere than Linux: the platform's own notifier, through ``watchfiles``."""
-        try:
-            notify = RustNotify([str(self.root)], False, False, POLL_DELAY_MS, True, False)
-        except Exception as exc:  # the watch limit, a root gone or unreadable: no watch at all
-            self._post(f"the root cannot be watched ({exc})")
-            return
-        with notify:
-            self._post("")  # ready
-            while not self._stop.is_set():
-                try:
-                    raw = notify.watch(DEBOUNCE_MS, STEP_MS, TIMEOUT_MS, self._stop)
-                except Exception as exc:
-                    self._post(f"the watch failed ({exc})")
-                    return
-                if raw == "stop":
-                    return
-                if not os.path.isdir(self.root):
-                    self._post("the root is gone")
-                    return
-                if isinstance(raw, set) and raw:
-                    self._post({path for _change, path in raw})
 
     def _post(self, item: set[str] | str) -> None:
         loop = self._loop

@@ -225,14 +225,10 @@ class TrigramIndex:
                     held[key] = held.get(key, 0) + 1
         return [RankedChunk(key, float(score), held[key]) for key, (score, _address) in zip(keys, hits, strict=True)]
 
-    def candidates_literal(self, literal: str, limit: int) -> list[str] | None:
-        """Chunks holding every trigram of ``literal``, at most ``limit`` (a full list means it
-        may be truncated); None when the literal is too short to prefilter."""
-        places = self.literal_places(literal, limit)
-        return None if places is None else list(places)
-
     def literal_places(self, literal: str, limit: int) -> dict[str, Place] | None:
-        """``candidates_literal`` with each chunk's place, read from the index itself."""
+        """Chunks holding every trigram of ``literal``, at most ``limit`` (a full answer may be
+        truncated), each with its place as the index stores it; None when the literal is too
+        short to prefilter."""
         if len(literal) < MIN_LITERAL_CHARS:
             return None
         query = tantivy.Query.const_score_query(_to_query(literal), 1.0)

@@ -39,6 +39,12 @@ DOCS = {
 }
 
 
+def literal_keys(index: TrigramIndex, literal: str, limit: int) -> list[str] | None:
+    """The literal's candidate chunks, without their places."""
+    places = index.literal_places(literal, limit)
+    return None if places is None else list(places)
+
+
 @pytest.fixture
 def index(tmp_path: Path) -> TrigramIndex:
     opened = TrigramIndex.open(tmp_path / "trigram")
@@ -49,25 +55,25 @@ def index(tmp_path: Path) -> TrigramIndex:
 
 
 def test_literal_candidates_are_case_insensitive(index: TrigramIndex) -> None:
-    assert sorted(index.candidates_literal("getuserbyid", 10) or []) == ["a#1"]
-    assert sorted(index.candidates_literal("USER", 10) or []) == ["a#1", "a#2"]
-    assert index.candidates_literal("nothing like this", 10) == []
+    assert sorted(literal_keys(index, "getuserbyid", 10) or []) == ["a#1"]
+    assert sorted(literal_keys(index, "USER", 10) or []) == ["a#1", "a#2"]
+    assert literal_keys(index, "nothing like this", 10) == []
 
 
 def test_short_literals_cannot_be_prefiltered(index: TrigramIndex) -> None:
-    assert index.candidates_literal("db", 10) is None
-    assert index.candidates_literal("", 10) is None
+    assert literal_keys(index, "db", 10) is None
+    assert literal_keys(index, "", 10) is None
 
 
 def test_literal_candidates_respect_the_limit(index: TrigramIndex) -> None:
-    assert len(index.candidates_literal("user", 1) or []) == 1
+    assert len(literal_keys(index, "user", 1) or []) == 1
 
 
 def test_folding_keeps_unicode_case_equivalents_together(index: TrigramIndex) -> None:
     # re.IGNORECASE matches "kullanici" in "kullanıcı" (ı ~ i): the prefilter must not lose it.
     assert re.search("kullanici", DOCS["d#1"][1], re.IGNORECASE)
-    assert index.candidates_literal("kullanici", 10) == ["d#1"]
-    assert index.candidates_literal("CAFÉ", 10) == ["c#1"]
+    assert literal_keys(index, "kullanici", 10) == ["d#1"]
+    assert literal_keys(index, "CAFÉ", 10) == ["c#1"]
 
 
 def test_regex_candidates(index: TrigramIndex) -> None:
@@ -80,11 +86,11 @@ def test_regex_candidates(index: TrigramIndex) -> None:
 
 def test_deleted_paths_leave_the_index(index: TrigramIndex) -> None:
     index.delete_paths(["src/a.py"])
-    assert sorted(index.candidates_literal("user", 10) or []) == ["a#1", "a#2"]  # not committed yet
+    assert sorted(literal_keys(index, "user", 10) or []) == ["a#1", "a#2"]  # not committed yet
 
     index.commit()
 
-    assert index.candidates_literal("user", 10) == []
+    assert literal_keys(index, "user", 10) == []
     assert index.num_docs == 3
 
 
@@ -98,7 +104,7 @@ def test_a_second_writer_is_refused_and_the_index_reopens(tmp_path: Path) -> Non
     first.close()
 
     with TrigramIndex.open(directory) as reopened:
-        assert reopened.candidates_literal("hello", 10) == ["x#1"]
+        assert literal_keys(reopened, "hello", 10) == ["x#1"]
 
 
 def test_an_index_with_another_schema_is_rebuilt(tmp_path: Path) -> None:
@@ -118,7 +124,7 @@ def test_an_index_with_another_schema_is_rebuilt(tmp_path: Path) -> None:
         assert rebuilt.num_docs == 0
         rebuilt.add([("y#1", "y.py", "fresh text", "fresh text", 1, None)])
         rebuilt.commit()
-        assert rebuilt.candidates_literal("fresh", 10) == ["y#1"]
+        assert literal_keys(rebuilt, "fresh", 10) == ["y#1"]
 
 
 def test_a_literals_candidates_come_with_their_places(tmp_path: Path) -> None:
@@ -126,7 +132,6 @@ def test_a_literals_candidates_come_with_their_places(tmp_path: Path) -> None:
         opened.add([("m#12", "pkg/m.py", "def load_user(x):\n    return x", "", 12, "Store.load_user"), ("n#1", "n.py", "load_user = None", "", 1, None)])
         opened.commit()
         assert opened.literal_places("load_user", 10) == {"m#12": Place("pkg/m.py", 12, "Store.load_user"), "n#1": Place("n.py", 1, None)}
-        assert sorted(opened.literal_places("load_user", 10) or {}) == sorted(opened.candidates_literal("load_user", 10) or [])
         assert opened.literal_places("lo", 10) is None
 
 

@@ -136,9 +136,9 @@ def lexical_ranking(ranked: Sequence[RankedChunk], runtime: WorkspaceRuntime, sc
     candidates = runtime.trigram.literal_places(query.literal, LITERAL_CANDIDATES) or {}
     places = {key: place for key, place in candidates.items() if key not in bm25}
     if places and needle:
-        in_scope = [key for key, (path, _start, _symbol) in places.items() if scope.contains(path)]
+        in_scope = [key for key, place in places.items() if scope.contains(place.path)]
         # As the final sort orders literal holders (none of these is a BM25 hit: their BM25 is 0).
-        in_scope.sort(key=lambda key: (not _names_declared(places[key][2], names), places[key][0], places[key][1]))
+        in_scope.sort(key=lambda key: (not _names_declared(places[key].symbol, names), places[key].path, places[key].start_line))
         holders = 0  # among these candidates alone: a BM25 hit may rank below a later one that declares the name
         for start in range(0, len(in_scope), _READ_BATCH):
             if holders >= depth:

@@ -189,24 +189,11 @@ def linear_screen(pattern: str, flags: int) -> LinearScreen | None:
         options.max_mem = LINEAR_MAX_MEM
         translation = _Translation(parsed.state)
         ascii_text, other_text = translation.automata(engine, options, parsed.data, flags)
-        rest = _from_first_literal(parsed.data, flags)
+        rest = translation.from_first_literal(parsed.data, flags)
         lead = None if rest is None else translation.automata(engine, options, rest, flags)
     except Exception:  # a construct, a size or a class count either side cannot take: no screen
         return None
     return LinearScreen(ascii_text, other_text, lead)
-
-
-def _from_first_literal(items: Any, flags: int) -> Any | None:
-    """The pattern's top-level items from its first literal character on (matched as it is, not
-    ignoring case), or None where the pattern starts with it or has none."""
-    from re import _constants  # type: ignore[attr-defined]
-
-    if flags & re.IGNORECASE:
-        return None
-    for index, (op, _arg) in enumerate(items):
-        if op is _constants.LITERAL:
-            return items[index:] if index > 0 else None
-    return None
 
 
 @functools.cache
@@ -229,6 +216,16 @@ class _Translation:
 
         self.state, self.c, self.parser = state, _constants, _parser
         self.enumerated = 0
+
+    def from_first_literal(self, items: Any, flags: int) -> Any | None:
+        """The top-level ``items`` from the first literal character on (matched as it is, not
+        ignoring case), or None where the pattern starts with it or has none."""
+        if flags & re.IGNORECASE:
+            return None
+        for index, (op, _arg) in enumerate(items):
+            if op is self.c.LITERAL:
+                return items[index:] if index > 0 else None
+        return None
 
     def automata(self, engine: Any, options: Any, items: Any, flags: int) -> tuple[Any, Any]:
         """``items`` compiled for ASCII text and for other text (the same automaton where the two agree)."""

@@ -1,11 +1,12 @@
 """Embedding throughput: chunks/s through the worker pipeline (write, enqueue, arq job, store) against
 ``model.encode`` on the same texts in the same run (goal: pipeline overhead under 10%); then the
-local model's two runtimes: query latency p50/p99 of torch against the served path (the checked
-ONNX export behind the query batcher), one caller and 16 concurrent callers, and ms per document
-of each runtime at five text lengths (the figures behind ``onnx_encoder.ONNX_MAX_TOKENS``).
-``--quality`` ranks the quality sets (MetaTool single- and multi-tool, CoSQA quick) by cosine
-with vectors from torch and from the served path, and prints nDCG@10 of each and the difference
-(the served path must lose less than 0.005).
+local model's runtimes: query latency p50/p99 of torch against the served paths (the checked
+ONNX export, fp32, and its int8 twin, behind the query batcher), one caller and 16 concurrent
+callers, and ms per document of each runtime at five text lengths (the figures behind
+``onnx_encoder.ONNX_MAX_TOKENS``). ``--quality`` ranks the quality sets (MetaTool single- and
+multi-tool, CoSQA quick, APIs.guru actions) by cosine with vectors from torch and from each served
+path (queries as the service encodes them, documents through the fp32 path), and prints nDCG@10 of
+each and the difference (a served path must lose less than 0.005).
 
     python -m bench.bench_embedding          # 1,024 stdlib chunks, 160 queries per row
     python -m bench.bench_embedding --full   # 4,096 chunks, 640 queries per row
@@ -32,7 +33,7 @@ import numpy as np
 
 from bench.common import machine, versions
 from bench.relevance_bare import dense_rankings
-from bench.relevance_sets import catalog_set, code_set, multi_set
+from bench.relevance_sets import action_templates, actions_set, catalog_set, code_set, multi_set
 from service.code.chunker import chunk_file
 from service.engine import onnx_encoder
 from service.engine.analyzer import terms_text
@@ -98,13 +99,15 @@ def distinct_queries(count: int, salt: str) -> list[str]:
     return [f"{' '.join(QUERY_WORDS[(i + k) % len(QUERY_WORDS)] for k in range(3 + i % 5))} {salt}{i}" for i in range(count)]
 
 
-async def served_embedder(onnx: bool) -> LocalEmbedder:
-    """The local model as the service runs it: ``onnx`` with its checked export (made once in data/models)."""
-    embedder = LocalEmbedder("all-MiniLM-L6-v2", artifact_dir=Settings().models_dir if onnx else None)
+async def served_embedder(onnx: bool, int8: bool = False) -> LocalEmbedder:
+    """The local model as the service runs it: ``onnx`` with its checked export (made once in
+    data/models), ``int8`` with queries through the export's int8 twin (the default setting)."""
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", artifact_dir=Settings().models_dir if onnx else None, query_int8=int8)
     await embedder.load()
     await asyncio.to_thread(embedder.wait_for_runtime, 900)
-    if onnx and embedder.runtime != "onnx":
-        raise SystemExit("the ONNX export did not become ready; see the log")
+    expected = "onnx-int8" if int8 else "onnx"
+    if onnx and embedder.runtime != expected:
+        raise SystemExit(f"the {expected} query path did not become ready; see the log")
     return embedder
 
 
@@ -128,16 +131,19 @@ def p50_p99(values: list[float]) -> str:
 
 
 async def query_table(count: int) -> list[str]:
-    torch, served = await served_embedder(onnx=False), await served_embedder(onnx=True)
+    torch, fp32, served = await served_embedder(onnx=False), await served_embedder(onnx=True), await served_embedder(onnx=True, int8=True)
     await torch.embed_documents(["warm up"])
+    await fp32.embed_query("warm up")
     await served.embed_query("warm up")
     rows = []
     paths: list[tuple[str, Callable[[str], Awaitable[object]], int]] = [
         ("torch, no batching (each query its own encode)", lambda q: torch.embed_documents([q]), 1),
-        ("served: ONNX + query batcher", served.embed_query, 1),
+        ("ONNX fp32 + query batcher", fp32.embed_query, 1),
+        ("served: ONNX int8 + query batcher", served.embed_query, 1),
         ("torch, no batching (each query its own encode)", lambda q: torch.embed_documents([q]), CONCURRENCY),
         ("torch + query batcher", torch.embed_query, CONCURRENCY),
-        ("served: ONNX + query batcher", served.embed_query, CONCURRENCY),
+        ("ONNX fp32 + query batcher", fp32.embed_query, CONCURRENCY),
+        ("served: ONNX int8 + query batcher", served.embed_query, CONCURRENCY),
     ]
     for i, (label, encode, callers) in enumerate(paths):
         queries = distinct_queries(count, f"q{i}-")
@@ -200,7 +206,8 @@ def print_runtime_tables(query_count: int, rounds: int) -> None:
 
 
 class RuntimeModel:
-    """A ``LocalEmbedder``'s own encode path (queries and documents alike), as the bare rankings' model."""
+    """A ``LocalEmbedder``'s own paths as the bare rankings' model: documents through its document
+    path, queries through its query path (the int8 twin where it serves them)."""
 
     def __init__(self, embedder: LocalEmbedder) -> None:
         self.embedder = embedder
@@ -209,20 +216,28 @@ class RuntimeModel:
         vectors = asyncio.run(self.embedder.embed_documents(list(texts)))
         return np.asarray(vectors, dtype=np.float32)
 
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = asyncio.run(self.embedder.embed_queries(list(texts)))
+        return np.asarray(vectors, dtype=np.float32)
+
 
 def quality_table() -> list[str]:
-    """nDCG@10 of cosine rankings on each quality set with torch's vectors and with the served path's."""
-    runtimes = {"torch": asyncio.run(served_embedder(onnx=False)), "served (ONNX)": asyncio.run(served_embedder(onnx=True))}
+    """nDCG@10 of cosine rankings on each quality set with torch's vectors and with each served path's."""
+    runtimes = {
+        "torch": asyncio.run(served_embedder(onnx=False)),
+        "fp32": asyncio.run(served_embedder(onnx=True)),
+        "int8": asyncio.run(served_embedder(onnx=True, int8=True)),
+    }
     rows = []
-    for dev in (catalog_set(), multi_set(), code_set(quick=True)):
+    for dev in (catalog_set(), multi_set(), code_set(quick=True), actions_set(action_templates())):
         ids, texts = list(dev.items), list(dev.items.values())
         queries = [judged.query for judged in dev.judged]
         ndcg = {}
         for name, embedder in runtimes.items():
             ranked = dense_rankings(RuntimeModel(embedder), ids, texts, queries)
             ndcg[name] = sum(scores_of(ranked[j.query], j.relevant)["nDCG@10"] for j in dev.judged) / len(dev.judged)
-        torch_score, served_score = ndcg["torch"], ndcg["served (ONNX)"]
-        rows.append(f"| {dev.key} | {len(dev.judged)} | {torch_score:.4f} | {served_score:.4f} | {served_score - torch_score:+.4f} |")
+        torch_score, fp32, int8 = ndcg["torch"], ndcg["fp32"], ndcg["int8"]
+        rows.append(f"| {dev.key} | {len(dev.judged)} | {torch_score:.4f} | {fp32:.4f} | {fp32 - torch_score:+.4f} | {int8:.4f} | {int8 - torch_score:+.4f} |")
     for embedder in runtimes.values():
         asyncio.run(embedder.close())
     return rows
@@ -231,10 +246,11 @@ def quality_table() -> list[str]:
 def print_quality_table() -> None:
     print("## Quality with the served query path: nDCG@10 of cosine rankings, torch against the served path\n")
     print(f"Machine: {machine()}. {versions()}.\n")
-    print("Documents and queries both through each runtime's encode (the served path: ONNX for slices of at most")
-    print(f"{onnx_encoder.ONNX_MAX_TOKENS} tokens, torch above). Goal: the served path within 0.005 of torch.\n")
-    print("| set | queries | torch | served | served − torch |")
-    print("|---|---:|---:|---:|---:|")
+    print("Documents through each runtime's document path (ONNX fp32 for slices of at most")
+    print(f"{onnx_encoder.ONNX_MAX_TOKENS} tokens, torch above), queries through its query path (fp32, or the int8 twin).")
+    print("Goal: each served path within 0.005 of torch.\n")
+    print("| set | queries | torch | ONNX fp32 | fp32 − torch | served: int8 queries | int8 − torch |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for row in quality_table():
         print(row)
     print()

@@ -106,7 +106,7 @@ def dense_rankings(model: BareModel, ids: Sequence[str], texts: Sequence[str], q
     """Each distinct query's top ``limit`` ids by cosine between the model's vectors of query and text."""
     distinct = list(dict.fromkeys(queries))
     items = model.encode(texts)
-    asked = model.encode(distinct)
+    asked = getattr(model, "encode_queries", model.encode)(distinct)  # a runtime's own query path, where it has one
     rankings: dict[str, list[str]] = {}
     for start in range(0, len(distinct), 1024):
         similarities = asked[start : start + 1024] @ items.T

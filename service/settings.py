@@ -59,6 +59,8 @@ class Settings:
     query_cache_size: int = 2048
     embeddings_onnx: bool = True
     """Serve the local model through its checked ONNX export (torch until it is ready, and whenever it cannot serve)."""
+    query_int8: bool = True
+    """Encode the local model's queries through the export's checked int8 twin (documents stay fp32)."""
     model_artifact_dir: Path | None = None
     """Where model files derived at run time (the ONNX export) live; None: ``data_dir/models`` (``models_dir``)."""
     providers: tuple[ProviderSettings, ...] = ()

@@ -87,6 +87,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "embeddings_batch_size": int,
     "query_cache_size": int,
     "embeddings_onnx": _parse_bool,
+    "query_int8": _parse_bool,
     "model_artifact_dir": _optional(lambda text: Path(text).expanduser()),
     "allowed_roots": lambda text: tuple(Path(p) for p in _parse_list(text)),
     "single_tenant": _parse_optional_bool,

@@ -1,7 +1,8 @@
 """Auto-surfaced long-term memories for ranked queries: the caller's own, not archived, clearly relevant.
 
 A memory surfaces when the model finds it close (cosine at least ``MEMORY_COSINE``) or when most of
-the query's terms appear in it; archived or very weak matches never do.
+the query's terms appear in it; archived or very weak matches never do. A caller with no memories
+costs a count, not a search.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ async def find_memories(engine: Engine, caller: Caller, q_terms: str, vector: li
     terms = q_terms.split()
     found: dict[str, dict[str, Any]] = {}
     index = catalog_index(engine)
+    if not await index.count(flt):
+        # Most callers keep no memories: the count (remembered by the store until its next write) is
+        # far cheaper than the two searches, whose BM25 half scores the query terms over every record.
+        return []
     embedder = engine.embedders.default
     text_hits: list[Hit] | None = None
     if vector is not None and embedder is not None:

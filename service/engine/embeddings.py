@@ -10,7 +10,10 @@ lexical answer with a notice.
 The local model serves through torch from the moment it loads; a thread then prepares its ONNX
 twin (``service.engine.onnx_encoder``: exported once into the model-artifact directory, checked
 against torch) and, once checked, queries and short documents go through onnxruntime. An export
-that cannot serve leaves torch in place with one warning in the log; callers never see it.
+that cannot serve leaves torch in place with one warning in the log; callers never see it. With
+``query_int8``, a thread then prepares the export's int8 twin (checked against the fp32 export) and
+queries go through it from then on; documents stay fp32. A twin that cannot serve leaves the fp32
+export serving queries, with one warning.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -188,9 +192,10 @@ def load_sentence_transformer(path: str) -> Any:
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (384-d) from the packaged model, run in a thread: torch, then its checked ONNX twin.
 
-    ``artifact_dir``: where the ONNX export lives (``Settings.models_dir``); None keeps torch only."""
+    ``artifact_dir``: where the ONNX export lives (``Settings.models_dir``); None keeps torch only.
+    ``query_int8``: queries through the export's checked int8 twin once it is ready (needs ``artifact_dir``)."""
 
-    def __init__(self, model_id: str, *, cache_size: int = 2048, artifact_dir: Path | None = None) -> None:
+    def __init__(self, model_id: str, *, cache_size: int = 2048, artifact_dir: Path | None = None, query_int8: bool = False) -> None:
         self.model = f"{LOCAL_PROVIDER}/{model_id}"
         self.dimensions = _LOCAL_MODELS.get(model_id, 0)
         self._model_id = model_id
@@ -209,6 +214,12 @@ class LocalEmbedder:
         self._onnx_thread: threading.Thread | None = None
         self._torch_start = threading.Lock()
         self._torch_thread: threading.Thread | None = None
+        self._int8: OnnxEncoder | None = None
+        self._int8_state = "pending" if query_int8 and artifact_dir is not None else "off"
+        self._int8_settled = threading.Event()
+        if self._int8_state == "off":
+            self._int8_settled.set()
+        self._int8_thread: threading.Thread | None = None
         self.query_encodes = 0
         """Encode calls made for queries (a batch of concurrent callers counts once)."""
 
@@ -222,7 +233,10 @@ class LocalEmbedder:
 
     @property
     def runtime(self) -> str:
-        """What encodes queries now: ``onnx`` once its export is checked, else ``torch``."""
+        """What encodes queries now: ``onnx-int8`` once the int8 twin is checked, ``onnx`` once the
+        export is, else ``torch``."""
+        if self._int8 is not None:
+            return "onnx-int8"
         return "onnx" if self._onnx is not None else "torch"
 
     @property
@@ -230,9 +244,18 @@ class LocalEmbedder:
         """``off`` (no artifact directory), ``pending`` (model not loaded), ``preparing``, ``ready`` or ``failed``."""
         return self._onnx_state
 
+    @property
+    def int8_state(self) -> str:
+        """``off`` (not asked for, or no export to quantise), ``pending``, ``preparing``, ``ready`` or ``failed``."""
+        return self._int8_state
+
     def wait_for_runtime(self, timeout_s: float) -> bool:
-        """Block until the ONNX twin is ready or refused (True), or ``timeout_s`` passes (False)."""
-        return self._onnx_state == "off" or self._onnx_settled.wait(timeout_s)
+        """Block until the ONNX twin and (when asked for) its int8 twin are ready or refused (True), or
+        ``timeout_s`` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        if self._onnx_state != "off" and not self._onnx_settled.wait(timeout_s):
+            return False
+        return self._int8_settled.wait(max(0.0, deadline - time.monotonic()))
 
     async def load(self) -> None:
         """Load the model in a thread; failures leave the embedder ``failed`` (search goes lexical).
@@ -281,6 +304,7 @@ class LocalEmbedder:
         self._onnx, self._onnx_state = encoder, "ready"
         self._onnx_settled.set()
         log.info("queries served by onnxruntime from the checked export, torch not loaded", extra={"model": self.model, "path": str(target)})
+        self._start_int8(model_dir, encoder)
         return True
 
     def _load_torch_behind(self) -> None:
@@ -308,11 +332,34 @@ class LocalEmbedder:
         self._onnx_thread = threading.Thread(target=self._prepare_onnx, args=(model_dir, target), name="onnx-prepare", daemon=True)
         self._onnx_thread.start()
 
+    def _start_int8(self, model_dir: Path, checked: OnnxEncoder) -> None:
+        """Prepare the int8 twin of the checked export in a thread of its own: the fp32 export serves meanwhile."""
+        if self._int8_state != "pending":
+            return
+        self._int8_state = "preparing"
+        self._int8_thread = threading.Thread(target=self._prepare_int8, args=(model_dir, checked), name="int8-prepare", daemon=True)
+        self._int8_thread.start()
+
+    def _prepare_int8(self, model_dir: Path, checked: OnnxEncoder) -> None:
+        try:
+            encoder = onnx_encoder.prepare_quantized(model_dir, checked, max_tokens=local_max_tokens(model_dir), stop=self._onnx_stop)
+        except OnnxStopped:
+            self._int8_state = "off"
+        except Exception as exc:  # OnnxUnavailable says why; anything else is a bug, and the fp32 export still serves
+            self._int8_state = "failed"
+            reason = str(exc) if isinstance(exc, OnnxUnavailable) else f"{type(exc).__name__}: {exc}"
+            log.warning("int8 queries not used, the fp32 export keeps serving them: %s", reason, extra={"model": self.model, "error": reason})
+        else:
+            self._int8, self._int8_state = encoder, "ready"
+            log.info("queries now served by the int8 twin of the export", extra={"model": self.model, "path": str(encoder.path)})
+        finally:
+            self._int8_settled.set()
+
     async def close(self) -> None:
-        """Stop preparing the ONNX twin and wait for its thread: native code (torch, onnxruntime) still
+        """Stop preparing the ONNX twins and wait for their threads: native code (torch, onnxruntime) still
         running in a thread while the interpreter exits aborts the process."""
         self._onnx_stop.set()
-        for thread in (self._onnx_thread, self._torch_thread):
+        for thread in (self._onnx_thread, self._int8_thread, self._torch_thread):
             if thread is not None and thread.is_alive():
                 await asyncio.to_thread(thread.join, _ONNX_JOIN_S)
 
@@ -323,14 +370,19 @@ class LocalEmbedder:
             )
         except OnnxStopped:
             self._onnx_state = "off"
+            self._int8_state = "off"
+            self._int8_settled.set()
             log.info("ONNX preparation stopped: the process is shutting down", extra={"model": self.model})
         except Exception as exc:  # OnnxUnavailable says why; anything else is a bug, and torch still serves
             self._onnx_state = "failed"
             reason = str(exc) if isinstance(exc, OnnxUnavailable) else f"{type(exc).__name__}: {exc}"
             log.warning("ONNX export not used, torch keeps serving: %s", reason, extra={"model": self.model, "error": reason})
+            self._int8_state = "off"  # nothing to quantise
+            self._int8_settled.set()
         else:
             self._onnx, self._onnx_state = encoder, "ready"
             log.info("queries now served by onnxruntime", extra={"model": self.model, "path": str(encoder.path)})
+            self._start_int8(model_dir, encoder)
         finally:
             self._onnx_settled.set()
 
@@ -340,14 +392,15 @@ class LocalEmbedder:
                 list(texts), batch_size=_ENCODE_SLICE, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
             )
 
-    def _encode(self, texts: Sequence[str]) -> list[list[float]]:
+    def _encode(self, texts: Sequence[str], encode_slice: Callable[[list[str]], Any] | None = None) -> list[list[float]]:
         # Slices of similar length pad little: order the texts longest first (as encode does within
         # one call), encode slice by slice, and put the vectors back in the caller's order.
+        encode_slice = encode_slice or self._encode_slice
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         vectors: list[list[float]] = [[] for _ in texts]
         for start in range(0, len(order), _ENCODE_SLICE):
             positions = order[start : start + _ENCODE_SLICE]
-            batch = self._encode_slice([texts[i] for i in positions])
+            batch = encode_slice([texts[i] for i in positions])
             for position, vector in zip(positions, batch.tolist(), strict=True):
                 vectors[position] = vector
         return vectors
@@ -365,6 +418,19 @@ class LocalEmbedder:
                     self._load_torch_behind()
                     return onnx.run(tokens)
         return self._torch_encode(texts)
+
+    def _encode_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """Query texts: through the int8 twin once it is checked (every length: it is faster at each),
+        else as documents are."""
+        int8 = self._int8
+        if int8 is None:
+            return self._encode(texts)
+
+        def encode_slice(batch: list[str]) -> Any:
+            with self._encode_lock:
+                return int8.encode(batch)
+
+        return self._encode(texts, encode_slice)
 
     async def _ready(self) -> None:
         if self._model is None and self._onnx is None:
@@ -386,7 +452,7 @@ class LocalEmbedder:
     async def _encode_async(self, texts: Sequence[str]) -> list[list[float]]:
         await self._ready()
         self.query_encodes += 1
-        return await asyncio.to_thread(self._encode, texts)
+        return await asyncio.to_thread(self._encode_queries, texts)
 
 
 class OpenAIEmbedder:
@@ -575,7 +641,7 @@ class EmbedderRegistry:
             if model_id not in _LOCAL_MODELS:
                 raise EmbeddingUnavailable(f"unknown local model {model_id!r}; available: {', '.join(_LOCAL_MODELS)}")
             artifact_dir = self._settings.models_dir if self._settings.embeddings_onnx else None
-            return LocalEmbedder(model_id, cache_size=self._settings.query_cache_size, artifact_dir=artifact_dir)
+            return LocalEmbedder(model_id, cache_size=self._settings.query_cache_size, artifact_dir=artifact_dir, query_int8=self._settings.query_int8)
         configured = self._settings.provider(provider)
         if configured is None:
             raise EmbeddingUnavailable(f"embeddings provider {provider!r} is not configured")

@@ -214,6 +214,18 @@ async def test_memories_surface_on_ranked_queries_and_survive_size_trimming(lexi
     assert "memories" not in listing["structuredContent"]
 
 
+async def test_a_memory_written_after_searches_without_any_surfaces_on_the_next(lexical_client: Any) -> None:
+    """A caller with no memories is answered from a count the store remembers: the first memory written
+    after such searches must show on the next one, and one archived must go."""
+    await put(lexical_client, REPORTS, caller=ADMIN)
+    for _ in range(2):
+        assert (await search(lexical_client, {"query": "quarterly report"}))["structuredContent"]["memories"] == []
+    await put(lexical_client, [{"type": "memory", "id": "m1", "text": "The quarterly report goes to the finance team first."}])
+    assert [m["id"] for m in (await search(lexical_client, {"query": "quarterly report"}))["structuredContent"]["memories"]] == ["m1"]
+    await put(lexical_client, [{"type": "memory", "id": "m1", "text": "The quarterly report goes to the finance team first.", "archived": True}])
+    assert (await search(lexical_client, {"query": "quarterly report"}))["structuredContent"]["memories"] == []
+
+
 async def test_domain_index_and_entity_answers_carry_timing_but_no_jev_fields(lexical_client: Any) -> None:
     await put(lexical_client, DOMAINS + CAPABILITIES, caller=ADMIN)
     for body in ({"query": ""}, {"domain": "email"}, {"entity": "capability:emailSend"}, {"query": "emailSend"}):

@@ -1,4 +1,5 @@
-"""The local model's ONNX twin: exported once, checked against torch, refused (torch serves) when broken; queries batched."""
+"""The local model's ONNX twin: exported once, checked against torch, refused (torch serves) when broken; queries batched;
+the int8 twin for queries, checked against the fp32 export and refused (fp32 serves) when broken."""
 
 from __future__ import annotations
 
@@ -147,11 +148,11 @@ async def test_readiness_says_which_runtime_serves_queries(client: TestClient[An
     async def runtime() -> str:
         return str((await (await client.get("/readyz")).json())["checks"]["model_runtime"])
 
-    async def on_onnx() -> bool:
-        return await runtime() == "onnx"
+    async def on_int8() -> bool:
+        return await runtime() == "onnx-int8"
 
-    assert await runtime() in {"torch", "onnx"}
-    await wait_until(on_onnx, timeout_s=120)
+    assert await runtime() in {"torch", "onnx", "onnx-int8"}
+    await wait_until(on_int8, timeout_s=120)
 
 
 TORCH_FREE = """
@@ -197,3 +198,76 @@ async def test_kept_probe_vectors_refuse_an_export_that_disagrees_and_torch_deci
         embedder = await settled(tmp_path)
         assert any("not checked yet" in r.getMessage() and "disagrees with torch" in str(getattr(r, "reason", "")) for r in caplog.records)
         await assert_torch_serves(embedder, caplog, "disagrees with torch")
+
+
+# ---- the int8 twin for queries ---------------------------------------------------------------------
+
+
+async def settled_int8(artifact_dir: Path) -> LocalEmbedder:
+    embedder = LocalEmbedder(MODEL_ID, artifact_dir=artifact_dir, query_int8=True)
+    await embedder.load()
+    assert await asyncio.to_thread(embedder.wait_for_runtime, 280)
+    return embedder
+
+
+def copy_checked_export(exported: Path, directory: Path) -> Path:
+    """The shared export and torch's probe vectors copied into ``directory`` (served without torch there)."""
+    target = export_path(directory)
+    shutil.copyfile(exported, target)
+    shutil.copyfile(onnx_encoder.reference_path(exported), onnx_encoder.reference_path(target))
+    return target
+
+
+async def test_queries_go_through_the_int8_twin_and_documents_stay_fp32(exported: Path) -> None:
+    embedder = await settled_int8(MODEL_ARTIFACTS)
+    assert embedder.runtime == "onnx-int8" and embedder.int8_state == "ready"
+    assert onnx_encoder.quantized_path(exported).is_file()
+    assert not list(MODEL_ARTIFACTS.glob(".*.tmp")), "no temporary quantisation is left behind"
+    int8, fp32 = embedder._int8, embedder._onnx
+    assert int8 is not None and fp32 is not None
+    int8_before, fp32_before = int8.calls, fp32.calls
+    queries = await embedder.embed_queries(QUERIES)
+    assert int8.calls == int8_before + 1 and fp32.calls == fp32_before, "the queries ran on the int8 twin"
+    close = cosines(queries, await torch_vectors(QUERIES))
+    assert close.min() >= onnx_encoder.INT8_MIN_COSINE, close
+    assert close.max() < 0.99999, "int8 vectors differ from fp32's: the twin really served"
+    documents = await embedder.embed_documents(SHORT_DOCS)
+    assert int8.calls == int8_before + 1, "documents never go through the int8 twin"
+    assert cosines(documents, await torch_vectors(SHORT_DOCS)).min() >= 0.999
+
+
+async def test_a_new_process_reuses_the_int8_twin_and_int8_off_keeps_fp32(exported: Path) -> None:
+    await settled_int8(MODEL_ARTIFACTS)  # the twin exists
+    quantized = onnx_encoder.quantized_path(exported)
+    made = quantized.stat().st_mtime_ns
+    again = await settled_int8(MODEL_ARTIFACTS)
+    assert again.runtime == "onnx-int8" and quantized.stat().st_mtime_ns == made, "the kept twin serves, not quantised again"
+    fp32_only = await settled(MODEL_ARTIFACTS)
+    assert fp32_only.runtime == "onnx" and fp32_only.int8_state == "off"
+
+
+async def test_an_unloadable_int8_twin_leaves_fp32_serving_queries(exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    target = copy_checked_export(exported, tmp_path)
+    onnx_encoder.quantized_path(target).write_bytes(b"not an onnx model \x00\x01" * 500)
+    with caplog.at_level(logging.WARNING):
+        embedder = await settled_int8(tmp_path)
+    await assert_fp32_serves_queries(embedder, caplog, "onnxruntime cannot load")
+
+
+async def test_an_int8_twin_that_disagrees_with_the_export_is_refused(exported: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A well-formed twin whose largest weights were scrambled loads and runs, but fails the probes against fp32."""
+    await settled_int8(MODEL_ARTIFACTS)
+    target = copy_checked_export(exported, tmp_path)
+    scramble(onnx_encoder.quantized_path(exported), onnx_encoder.quantized_path(target), seed=5)
+    with caplog.at_level(logging.WARNING):
+        embedder = await settled_int8(tmp_path)
+    await assert_fp32_serves_queries(embedder, caplog, "disagrees with the fp32 export")
+
+
+async def assert_fp32_serves_queries(embedder: LocalEmbedder, caplog: pytest.LogCaptureFixture, reason: str) -> None:
+    """The int8 twin was refused with one warning naming ``reason``; queries come from the fp32 export, equal to torch's."""
+    assert embedder.runtime == "onnx" and embedder.int8_state == "failed"
+    warnings = [r for r in caplog.records if r.name == "service.engine.embeddings" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and reason in warnings[0].getMessage() and "int8" in warnings[0].getMessage(), [r.getMessage() for r in warnings]
+    vectors = await embedder.embed_queries(QUERIES)
+    assert cosines(vectors, await torch_vectors(QUERIES)).min() >= 0.999

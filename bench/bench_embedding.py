@@ -189,7 +189,7 @@ def length_table(rounds: int) -> list[str]:
 
 
 def print_runtime_tables(query_count: int, rounds: int) -> None:
-    print("## Local model runtimes: torch against the served path (ONNX fp32, query batcher)\n")
+    print("## Local model runtimes: torch against the served paths (ONNX fp32, and int8 queries; query batcher)\n")
     print(f"Machine: {machine()}. {versions()}.\n")
     print(f"### Query embedding p50/p99: torch vs served path ({query_count} distinct uncached queries per row, same run)\n")
     print("| path | concurrent callers | p50 ms | p99 ms | queries/s |")

@@ -1,8 +1,8 @@
 """Auto-surfaced long-term memories for ranked queries: the caller's own, not archived, clearly relevant.
 
 A memory surfaces when the model finds it close (cosine at least ``MEMORY_COSINE``) or when most of
-the query's terms appear in it; archived or very weak matches never do. A caller with no memories
-costs a count, not a search.
+the query's terms appear in it; archived or very weak matches never do. On a store that remembers
+counts, a caller with no memories costs a count, not a search.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ async def find_memories(engine: Engine, caller: Caller, q_terms: str, vector: li
     terms = q_terms.split()
     found: dict[str, dict[str, Any]] = {}
     index = catalog_index(engine)
-    if not await index.count(flt):
-        # Most callers keep no memories: the count (remembered by the store until its next write) is
-        # far cheaper than the two searches, whose BM25 half scores the query terms over every record.
+    if index.counts_remembered and not await index.count(flt):
+        # Most callers keep no memories: where the store remembers counts until its next write, the
+        # count is far cheaper than the two searches (whose BM25 half scores the query terms over every
+        # record); a remote store would pay a round trip for it, so there the searches alone run.
         return []
     embedder = engine.embedders.default
     text_hits: list[Hit] | None = None

@@ -187,6 +187,11 @@ class Collection:
     async def count(self, filter: Filter | None = None) -> int:
         return await self.engine.store.count(self.collection, filter)
 
+    @property
+    def counts_remembered(self) -> bool:
+        """Whether a count costs no store work until the next write (``Store.counts_remembered``)."""
+        return self.engine.store.counts_remembered
+
     async def search_dense(self, vector_name: str, vector: Sequence[float], filter: Filter | None = None, *, limit: int = 10) -> list[Hit]:
         """Nearest records by cosine on ``vector_name`` (records without that vector are skipped)."""
         return await self.engine.store.search_dense(self.collection, vector_name, vector, filter, limit=limit)

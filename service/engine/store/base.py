@@ -172,6 +172,9 @@ class Store(Protocol):
     """What the engine needs of an index backend. Every method is a coroutine."""
 
     backend: str  # "qdrant-edge" | "qdrant-client"
+    counts_remembered: bool
+    """Whether ``count`` answers from memory until the collection's next write (a local store): then a
+    count is cheap enough to ask before a search, to skip a search that cannot find anything."""
 
     async def ensure_collection(self, spec: CollectionSpec, vectors: Sequence[VectorSpec] = ()) -> None:
         """Create the collection and its payload indexes if missing; add missing vectors."""

@@ -49,6 +49,7 @@ class QdrantClientStore:
     Every write waits until the server has applied it (``wait=True``)."""
 
     backend = "qdrant-client"
+    counts_remembered = False  # each count is a round trip to the cluster
 
     def __init__(
         self,

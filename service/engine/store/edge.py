@@ -101,6 +101,7 @@ class EdgeStore:
     """
 
     backend = "qdrant-edge"
+    counts_remembered = True
 
     def __init__(
         self, root: Path, *, index_threshold_points: int = EXACT_SEARCH_POINTS, background_index: bool = True

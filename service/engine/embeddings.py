@@ -19,6 +19,7 @@ export serving queries, with one warning.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.metadata
 import json
 import logging
@@ -26,6 +27,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -312,6 +314,7 @@ class LocalEmbedder:
         with self._torch_start:
             if self._torch_thread is not None:
                 return
+            _preparing.add(self)
             self._torch_thread = threading.Thread(target=self._load_torch, name="torch-load", daemon=True)
             self._torch_thread.start()
 
@@ -329,6 +332,7 @@ class LocalEmbedder:
         if target is None or self._onnx_state != "pending":
             return
         self._onnx_state = "preparing"
+        _preparing.add(self)
         self._onnx_thread = threading.Thread(target=self._prepare_onnx, args=(model_dir, target), name="onnx-prepare", daemon=True)
         self._onnx_thread.start()
 
@@ -336,6 +340,11 @@ class LocalEmbedder:
         """Prepare the int8 twin of the checked export in a thread of its own: the fp32 export serves meanwhile."""
         if self._int8_state != "pending":
             return
+        if self._onnx_stop.is_set():  # closing: nothing new starts
+            self._int8_state = "off"
+            self._int8_settled.set()
+            return
+        _preparing.add(self)
         self._int8_state = "preparing"
         self._int8_thread = threading.Thread(target=self._prepare_int8, args=(model_dir, checked), name="int8-prepare", daemon=True)
         self._int8_thread.start()
@@ -358,10 +367,17 @@ class LocalEmbedder:
     async def close(self) -> None:
         """Stop preparing the ONNX twins and wait for their threads: native code (torch, onnxruntime) still
         running in a thread while the interpreter exits aborts the process."""
+        await asyncio.to_thread(self.stop_preparing)
+
+    def stop_preparing(self, timeout_s: float = _ONNX_JOIN_S) -> None:
+        """Stop preparing the ONNX twins and join their threads and torch's load (each up to ``timeout_s``).
+        Also run at interpreter exit for an embedder never closed (``_stop_preparations_at_exit``)."""
         self._onnx_stop.set()
-        for thread in (self._onnx_thread, self._int8_thread, self._torch_thread):
-            if thread is not None and thread.is_alive():
-                await asyncio.to_thread(thread.join, _ONNX_JOIN_S)
+        # Read each in turn: the export's thread starts the int8 one when it ends.
+        for name in ("_onnx_thread", "_int8_thread", "_torch_thread"):
+            thread: threading.Thread | None = getattr(self, name)
+            if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+                thread.join(timeout_s)
 
     def _prepare_onnx(self, model_dir: Path, target: Path) -> None:
         try:
@@ -453,6 +469,21 @@ class LocalEmbedder:
         await self._ready()
         self.query_encodes += 1
         return await asyncio.to_thread(self._encode_queries, texts)
+
+
+# Embedders that started a preparation thread (the export, its int8 twin, torch behind ONNX). Native
+# code still running in a thread while Python finalizes aborts the process, so at exit each one still
+# alive is stopped and its threads joined: a process may leave without closing its embedder (a
+# refused start exits so while the model loads).
+_preparing: weakref.WeakSet[LocalEmbedder] = weakref.WeakSet()
+
+
+def _stop_preparations_at_exit() -> None:
+    for embedder in list(_preparing):
+        embedder.stop_preparing()
+
+
+atexit.register(_stop_preparations_at_exit)
 
 
 class OpenAIEmbedder:

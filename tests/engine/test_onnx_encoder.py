@@ -271,3 +271,39 @@ async def assert_fp32_serves_queries(embedder: LocalEmbedder, caplog: pytest.Log
     assert len(warnings) == 1 and reason in warnings[0].getMessage() and "int8" in warnings[0].getMessage(), [r.getMessage() for r in warnings]
     vectors = await embedder.embed_queries(QUERIES)
     assert cosines(vectors, await torch_vectors(QUERIES)).min() >= 0.999
+
+
+EXIT_WHILE_PREPARING = """
+import asyncio, sys
+from pathlib import Path
+from service.engine.embeddings import LocalEmbedder
+
+async def main():
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", artifact_dir=Path(sys.argv[1]), query_int8=True)
+    await embedder.load()
+    print(embedder.int8_state, flush=True)
+
+asyncio.run(main())
+sys.exit(3)  # never closed: the process leaves while the int8 twin is being made
+"""
+
+
+@pytest.mark.parametrize("twin_kept", [False, True], ids=["twin-being-quantised", "twin-being-loaded"])
+async def test_a_process_that_exits_while_the_twin_is_prepared_exits_cleanly(exported: Path, tmp_path: Path, twin_kept: bool) -> None:
+    """Native code still running in a preparation thread while Python finalizes aborts the process
+    (a refused start exits so, without closing the embedder): the preparations are stopped and
+    joined at exit, and the exit status is the program's own, whether the twin was being quantised
+    (a child process) or loaded and checked (onnxruntime, in the thread)."""
+    await settled_int8(MODEL_ARTIFACTS)  # the shared twin exists
+    target = copy_checked_export(exported, tmp_path)
+    if twin_kept:
+        shutil.copyfile(onnx_encoder.quantized_path(exported), onnx_encoder.quantized_path(target))
+    for _ in range(3):
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", EXIT_WHILE_PREPARING, str(tmp_path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(child.communicate(), timeout=120)
+        assert out.decode().strip() == "preparing", "the twin was still being prepared when the process left"
+        assert child.returncode == 3, err.decode()[-2000:]
+        assert not list(tmp_path.glob(".*.tmp")), "a stopped quantisation leaves no temporary file"

@@ -217,10 +217,10 @@ class LocalEmbedder:
         self._torch_start = threading.Lock()
         self._torch_thread: threading.Thread | None = None
         self._int8: OnnxEncoder | None = None
-        self._int8_state = "pending" if query_int8 and artifact_dir is not None else "off"
+        self._int8_state = "pending"
         self._int8_settled = threading.Event()
-        if self._int8_state == "off":
-            self._int8_settled.set()
+        if not (query_int8 and artifact_dir is not None):
+            self._settle_int8("off")
         self._int8_thread: threading.Thread | None = None
         self.query_encodes = 0
         """Encode calls made for queries (a batch of concurrent callers counts once)."""
@@ -341,8 +341,7 @@ class LocalEmbedder:
         if self._int8_state != "pending":
             return
         if self._onnx_stop.is_set():  # closing: nothing new starts
-            self._int8_state = "off"
-            self._int8_settled.set()
+            self._settle_int8("off")
             return
         _preparing.add(self)
         self._int8_state = "preparing"
@@ -353,16 +352,20 @@ class LocalEmbedder:
         try:
             encoder = onnx_encoder.prepare_quantized(model_dir, checked, max_tokens=local_max_tokens(model_dir), stop=self._onnx_stop)
         except OnnxStopped:
-            self._int8_state = "off"
+            self._settle_int8("off")
         except Exception as exc:  # OnnxUnavailable says why; anything else is a bug, and the fp32 export still serves
-            self._int8_state = "failed"
             reason = str(exc) if isinstance(exc, OnnxUnavailable) else f"{type(exc).__name__}: {exc}"
             log.warning("int8 queries not used, the fp32 export keeps serving them: %s", reason, extra={"model": self.model, "error": reason})
+            self._settle_int8("failed")
         else:
-            self._int8, self._int8_state = encoder, "ready"
+            self._int8 = encoder
             log.info("queries now served by the int8 twin of the export", extra={"model": self.model, "path": str(encoder.path)})
-        finally:
-            self._int8_settled.set()
+            self._settle_int8("ready")
+
+    def _settle_int8(self, state: str) -> None:
+        """The int8 twin's preparation ended (or will not run): ``off``, ``failed`` or ``ready``."""
+        self._int8_state = state
+        self._int8_settled.set()
 
     async def close(self) -> None:
         """Stop preparing the ONNX twins and wait for their threads: native code (torch, onnxruntime) still
@@ -386,15 +389,13 @@ class LocalEmbedder:
             )
         except OnnxStopped:
             self._onnx_state = "off"
-            self._int8_state = "off"
-            self._int8_settled.set()
+            self._settle_int8("off")
             log.info("ONNX preparation stopped: the process is shutting down", extra={"model": self.model})
         except Exception as exc:  # OnnxUnavailable says why; anything else is a bug, and torch still serves
             self._onnx_state = "failed"
             reason = str(exc) if isinstance(exc, OnnxUnavailable) else f"{type(exc).__name__}: {exc}"
             log.warning("ONNX export not used, torch keeps serving: %s", reason, extra={"model": self.model, "error": reason})
-            self._int8_state = "off"  # nothing to quantise
-            self._int8_settled.set()
+            self._settle_int8("off")  # nothing to quantise
         else:
             self._onnx, self._onnx_state = encoder, "ready"
             log.info("queries now served by onnxruntime", extra={"model": self.model, "path": str(encoder.path)})

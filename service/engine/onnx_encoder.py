@@ -1,4 +1,4 @@
-"""The local model's ONNX twin: exported once into the model-artifact directory, checked against torch, run by onnxruntime.
+"""The local model's ONNX twin: exported once into the model-artifact directory, checked against torch, run by onnxruntime; and its int8 twin for queries.
 
 The export (``torch.onnx`` of the packaged model with its mean pooling and normalisation, opset
 ``OPSET``) runs in a child process, ``python -m service.engine.onnx_encoder EXPORT_TO MODEL_DIR``:

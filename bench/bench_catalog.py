@@ -15,7 +15,8 @@ vectors instead, cheaply: each synthetic text is template heads ("Send a message
 one of the 199 real tool descriptions, so each record's vector is the normalized sum of the
 model's vectors of its segments (each distinct segment encoded once, far fewer than the records); they
 cluster as real embeddings do, which is HNSW's usual case rather than its worst. ``--uncached`` turns the
-query-embedding cache off, so every timed query is encoded. Timed: ranked queries, domain-scoped queries,
+query-embedding cache off and drops the embedded store's kept payloads before each request, so every
+timed query is encoded and its hits' payloads read from the shard, as a new query's would be. Timed: ranked queries, domain-scoped queries,
 the domain index (empty query) and entity lookups, p50/p99 after one warm-up round.
 
 Quality. The 199 MetaTool tools are ingested as capabilities and embedded by the real pipeline;
@@ -352,17 +353,22 @@ async def bench_size(size: int, rounds: int, embed_limit: int, *, composed: bool
                 "entity lookup": [{"entity": f"capability:{b['id']}"} for b in builtins[: len(QUERIES)]],
             }
             for mode, bodies in modes.items():
-                timings, hits = await _latencies(served, bodies, rounds)
+                timings, hits = await _latencies(served, bodies, rounds, cold=uncached)
                 result.latencies_ms[mode], result.hits[mode] = timings, hits
     return result
 
 
-async def _latencies(served: Served, bodies: Sequence[dict[str, Any]], rounds: int) -> tuple[list[float], float]:
+async def _latencies(served: Served, bodies: Sequence[dict[str, Any]], rounds: int, *, cold: bool = False) -> tuple[list[float], float]:
+    """``rounds`` timed rounds of ``bodies`` after a warm-up one; ``cold``: the store's kept payloads
+    dropped before each request, so a repeated query reads what a new one would."""
     timings: list[float] = []
     hits: list[int] = []
     repeats = rounds * (len(QUERIES) if len(bodies) == 1 else 1)
+    forget = getattr(served.engine.store, "forget_payloads", None) if cold else None
     for round_number in range(repeats + 1):
         for body in bodies:
+            if forget is not None:
+                forget()
             elapsed, answer = await served.search(body)
             if round_number:  # round 0 warms the query-embedding cache
                 timings.append(elapsed)
@@ -437,7 +443,7 @@ def report(results: list[SizeResult], quality: QualityResult | None, full: bool,
         f"Settings: embedded store (qdrant-edge; HNSW built in the background past 20k vectors and waited for before timing, exact below), model local/all-MiniLM-L6-v2, dense and BM25 top-{PREFETCH} each, "
         f"fusion cosine + ({LEXICAL_WEIGHT_MIN} to {LEXICAL_WEIGHT_MAX} by query-term coverage) x normalized BM25, rerank off, rate limits off; latency over HTTP on loopback, "
         f"{rounds} rounds after one warm-up round; caller plan pro; query embeddings "
-        f"{'not cached (every timed query encoded)' if uncached else 'cached after the warm-up round'}.",
+        f"{'not cached (every timed query encoded, the payloads of its hits read from the store)' if uncached else 'cached after the warm-up round'}.",
         "",
     ]
     if results:

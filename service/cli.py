@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.allocator import limit_arenas
 from service.errors import SettingsError
+from service.heap import keep_full_passes_short, settle
 from service.logs import configure_logging
 from service.settings import Settings
 from service.settings_loader import load_settings
@@ -52,6 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service.starter.loader import starter_context, starter_due, starter_in_place, with_starter_base
     from service.userstate import service_record_context
 
+    keep_full_passes_short()  # no full collection walks the imported modules twice (see service.heap)
     settings = with_starter_base(_settings(args))
     configure_logging(settings.log_level)
     logging.getLogger(__name__).info(
@@ -65,12 +67,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if starter_due(settings):  # a new data directory: the starter set loads beside serving
         app.cleanup_ctx.append(starter_context())
     starter = starter_in_place(settings)
+
+    async def settle_heap(_app: web.Application) -> None:
+        settle()  # started: what is alive now lives as long as the process (see service.heap)
+
+    app.on_startup.append(settle_heap)
     # run_app calls `print` once its sites listen: the lines then say where, and what to try.
     web.run_app(app, host=settings.host, port=settings.port, print=lambda _: log_serving(settings, starter=starter), access_log=None)
     return 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    keep_full_passes_short()  # see service.heap
     settings = _settings(args)
     configure_logging(settings.log_level)
 
@@ -84,6 +92,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         claim = None
         try:
             claim = await claim_for_workers(engine)
+            settle()
             await run_workers(build_workers(engine, burst=args.burst, handle_signals=False, node_only=args.node_only))
         finally:
             if claim is not None:

@@ -34,6 +34,7 @@ import qdrant_edge as qe
 from .base import CollectionSpec, StoreError, VectorSpec
 from .edge_build import edge_config
 from .edge_codec import EDGE_MATCHES_BOOLS, shadow
+from .edge_payloads import PayloadCache
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,8 @@ class EdgeCollection:
     # the only writer, so a count taken since the last update is still exact.
     writes: int = 0
     counts: dict[Any, tuple[int, int]] = field(default_factory=dict)
+    # The payloads searches returned, by point version (edge_payloads): a new shard starts a new one.
+    payloads: PayloadCache = field(default_factory=PayloadCache)
 
     def errors(self, what: str) -> AbstractContextManager[None]:
         """Backend failures inside become ``StoreError`` naming ``what`` and this collection."""

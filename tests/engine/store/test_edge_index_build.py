@@ -63,6 +63,7 @@ async def test_build_keeps_queries_answering_and_loses_no_write_made_during_it(s
     vectors = clustered(3_000, rng)
     await store.upsert(COLLECTION, records(vectors[:2_000]))
     assert await store.unindexed_vectors(COLLECTION) == 2_000
+    before = await store.search_dense(COLLECTION, "dense", vectors[5], limit=10)  # payloads kept by this shard's versions
 
     build = asyncio.create_task(store.build_index(COLLECTION))
     while not (tmp_path / "index" / COLLECTION / "shard-1.build").exists():
@@ -85,6 +86,13 @@ async def test_build_keeps_queries_answering_and_loses_no_write_made_during_it(s
     assert await store.unindexed_vectors(COLLECTION) < THRESHOLD  # the 2,000 copied points have a graph
     [changed] = await store.retrieve(COLLECTION, [point_id(COLLECTION, "5")])
     assert changed.payload["kind"] == "changed"
+    # The built shard numbers its operations afresh: nothing kept from the old one is served.
+    cache = store._collection(COLLECTION).payloads
+    reads = cache.reads
+    after = await store.search_dense(COLLECTION, "dense", vectors[5], limit=10)
+    assert cache.reads - reads == len(after)
+    assert len({h.id for h in after} & {h.id for h in before}) >= 5  # read again though unchanged since
+    assert next(h for h in after if h.id == point_id(COLLECTION, "5")).payload["kind"] == "changed"
     assert await store.retrieve(COLLECTION, [point_id(COLLECTION, "7")]) == []
     [late] = await store.search_dense(COLLECTION, "dense", vectors[2_500], limit=1)
     assert late.payload["key"] == 2_500

@@ -196,6 +196,44 @@ async def test_update_vectors_keeps_payload_and_changes_ranking(store: Store, co
         await store.update_vectors(collection, [(point_id(collection, "missing"), {"dense": axis(0)})])
 
 
+async def test_a_search_after_any_write_returns_the_payload_as_written(store: Store, collection: str) -> None:
+    """Searched again after each kind of write, a point's payload is the one written, by every query
+    path; a caller changing a payload it was given changes nothing the next search returns."""
+    a = rec(collection, "a", "t1", "alpha", axis(0), kind="one", deprecated=False)
+    await ready(store, collection, [a, rec(collection, "b", "t1", "beta", axis(1), kind="other")])
+
+    async def seen() -> dict[str, Any]:
+        [dense] = await store.search_dense(collection, "dense", axis(0), limit=1)
+        [[batch_dense], [batch_text]] = await store.search_batch(collection, [DenseQuery("dense", axis(0), limit=1), TextQuery("alpha", limit=1, fields=("key", "kind"))])
+        [hybrid] = await store.search_hybrid(collection, "dense", axis(0), "alpha", limit=1)
+        [text] = await store.search_text(collection, "alpha", limit=1)
+        whole = dict(dense.payload)
+        assert [dict(h.payload) for h in (batch_dense, hybrid, text)] == [whole] * 3
+        assert dict(batch_text.payload) == {k: whole[k] for k in ("key", "kind") if k in whole}
+        return whole
+
+    first = await seen()
+    assert first == dict(a.payload)
+    [given] = await store.search_dense(collection, "dense", axis(0), limit=1)
+    given.payload["kind"] = "changed by a caller"  # type: ignore[index]
+    assert await seen() == first
+    await store.set_payload(collection, [a.id], {"kind": "two"})
+    assert (await seen())["kind"] == "two"
+    await store.overwrite_payload(collection, a.id, {"key": "a", "tenant": "t1", "terms": "alpha", "kind": "three"})
+    assert await seen() == {"key": "a", "tenant": "t1", "terms": "alpha", "kind": "three"}
+    await store.update_vectors(collection, [(a.id, {"dense": unit(1, 0.1)})])
+    assert (await seen())["kind"] == "three"
+    await store.upsert(collection, [rec(collection, "a", "t1", "alpha", axis(0), kind="four")])
+    assert await seen() == {"key": "a", "tenant": "t1", "terms": "alpha", "kind": "four"}
+    await store.delete(collection, [a.id])
+    assert keys(await store.search_dense(collection, "dense", axis(0), limit=1)) == ["b"]
+    await store.upsert(collection, [rec(collection, "a", "t1", "alpha", axis(0), kind="five")])
+    assert (await seen())["kind"] == "five"
+    await store.delete_by_filter(collection, Filter(must=(Match("kind", "five"),)))
+    await store.upsert(collection, [rec(collection, "a", "t1", "alpha", axis(0), kind="six", stars=6)])
+    assert await seen() == {"key": "a", "tenant": "t1", "terms": "alpha", "kind": "six", "stars": 6}
+
+
 async def test_delete_and_delete_by_filter(store: Store, collection: str) -> None:
     points = [rec(collection, f"k{i}", "t1" if i < 6 else "t2", f"word{i}", axis(i % DIM), stars=i) for i in range(10)]
     await ready(store, collection, points)
@@ -700,5 +738,41 @@ async def test_edge_writes_yield_to_queries_between_chunks(tmp_path: Path) -> No
         task.cancel()
         assert ticks >= 2000 // 256  # the loop ran between chunks, not only after the whole batch
         assert await store.count("c") == 2000
+    finally:
+        await store.close()
+
+
+async def test_edge_a_hit_s_payload_is_read_from_the_shard_once_per_change(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path / "index")
+    try:
+        await ready(store, "c", [rec("c", f"k{i}", "t1", f"w{i} shared", axis(i % DIM), stars=i) for i in range(6)])
+        cache = store._collection("c").payloads
+        queries = [DenseQuery("dense", axis(0), limit=6), TextQuery("shared", limit=6), DenseQuery("dense", axis(1), limit=6, fields=("key",))]
+        first = await store.search_batch("c", queries)
+        assert cache.reads == 12  # six points, two field selections; the two whole-payload lists share theirs
+        again = await store.search_batch("c", queries)
+        assert cache.reads == 12 and again == first
+        await store.set_payload("c", [point_id("c", "k3")], {"stars": 30})
+        after = await store.search_batch("c", queries)
+        assert cache.reads == 14  # the changed point, once per selection
+        assert {h.payload["key"]: h.payload["stars"] for h in after[0]}["k3"] == 30
+    finally:
+        await store.close()
+
+
+async def test_edge_payloads_kept_are_bounded_and_a_search_larger_than_the_bound_is_whole(tmp_path: Path) -> None:
+    from service.engine.store.edge_payloads import PayloadCache
+
+    store = EdgeStore(tmp_path / "index")
+    try:
+        points = [rec("c", f"k{i}", "t1", f"w{i}", unit(1, 0.1 * i)) for i in range(8)]
+        await ready(store, "c", points)
+        store._collection("c").payloads = cache = PayloadCache(points=3)
+        for _ in range(2):
+            hits = await store.search_dense("c", "dense", axis(0), limit=8)
+            assert sorted(keys(hits)) == sorted(p.payload["key"] for p in points)
+            assert all(dict(h.payload) == dict(next(p for p in points if p.id == h.id).payload) for h in hits)
+        assert cache.reads == 8 + 5  # the second search found only the three kept: nothing lost, the rest read again
+        assert cache.kept() == 3
     finally:
         await store.close()

@@ -33,6 +33,7 @@ LITERAL_CANDIDATES = 2_000
 _READ_BATCH = 64  # literal candidates read (and inflated) at a time, in ranking order
 REGEX_CANDIDATES = 20_000
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
+_NON_ALNUM_KEEPING_LINES = re.compile(r"[^0-9a-z\n]+")
 _WORD = re.compile(r"\w+")
 _BLANKS = re.compile(r"[ \t]+")
 
@@ -78,6 +79,21 @@ class QueryText:
     def term_set(self) -> frozenset[str]:
         return frozenset(self.terms.split())
 
+    @cached_property
+    def _any_term(self) -> re.Pattern[str]:
+        """Finds any query term in a text (none without terms)."""
+        return re.compile("|".join(re.escape(term) for term in sorted(self.term_set)) or "(?!)")
+
+    def lines_with_terms(self, text: str) -> list[int]:
+        """The indexes of ``text``'s lines that may hold a query term: those whose lowercase letters and
+        digits, run together, hold one (every term of a line is such a substring; a cheap test before
+        the analyzer). Lowercasing maps no character to or from a newline: the lines stay the same."""
+        if not self.term_set:
+            return []
+        any_term = self._any_term
+        compact = _NON_ALNUM_KEEPING_LINES.sub("", text.lower()).split("\n")
+        return [i for i, line in enumerate(compact) if any_term.search(line)]
+
     def terms_in(self, line: str, *, first_only: bool = False) -> set[str]:
         """``term_set & set(analyze(line))`` (with ``first_only``: stopping at the first found),
         each distinct word analyzed once per query, and only when it can hold a query term. No
@@ -89,11 +105,10 @@ class QueryText:
         for word in _BLANKS.split(line):
             held = self._word_terms.get(word)
             if held is None:
-                wanted = self.term_set
-                if word.isascii() and not any(term in _NON_ALNUM.sub("", word.lower()) for term in wanted):
+                if word.isascii() and not self._any_term.search(_NON_ALNUM.sub("", word.lower())):
                     held = frozenset()
                 else:
-                    held = wanted.intersection(analyze(word))
+                    held = self.term_set.intersection(analyze(word))
                 self._word_terms[word] = held
             found.update(held)
             if found and first_only:
@@ -168,20 +183,15 @@ def matching_lines(chunk: CachedChunk, query: QueryText, max_lines: int) -> list
     """The chunk's lines that hold the literal, or else the most query terms (line order)."""
     needle = query.literal.lower()
     lines = chunk.text.split("\n")
-    exact = [(chunk.start_line + i, line) for i, line in enumerate(lines) if needle and needle in line.lower()]
-    if exact:
-        return exact[:max_lines]
-    wanted = query.term_set
-    if not wanted:
-        return []
+    if needle and needle in chunk.text.lower():  # else no line holds it
+        exact = [(chunk.start_line + i, line) for i, line in enumerate(lines) if needle in line.lower()]
+        if exact:
+            return exact[:max_lines]
     scored: list[tuple[int, int, str]] = []
-    for i, line in enumerate(lines):
-        compact = _NON_ALNUM.sub("", line.lower())
-        if not any(term in compact for term in wanted):
-            continue  # a cheap test before the analyzer: every term of a line is a substring of it
-        overlap = len(query.terms_in(line))
+    for i in query.lines_with_terms(chunk.text):
+        overlap = len(query.terms_in(lines[i]))
         if overlap:
-            scored.append((overlap, chunk.start_line + i, line))
+            scored.append((overlap, chunk.start_line + i, lines[i]))
     best = sorted(scored, key=lambda s: (-s[0], s[1]))[:max_lines]
     return [(line_no, line) for _, line_no, line in sorted(best, key=lambda s: s[1])]
 
@@ -191,23 +201,23 @@ def shown_line_count(chunk: CachedChunk, query: QueryText, max_lines: int) -> in
     anchor line) when none match, counted without scoring lines and stopping at ``max_lines``
     (what a search counts for the chunks past its limit)."""
     needle = query.literal.lower()
-    if needle:
+    low = chunk.text.lower()
+    if needle and needle in low:
         # Lowercasing maps no character to or from a newline: the lowered text has the same lines.
         holding = 0
-        for line in chunk.text.lower().split("\n"):
+        for line in low.split("\n"):
             if needle in line:
                 holding += 1
                 if holding >= max_lines:
                     return holding
         if holding:
             return holding
-    wanted = query.term_set
-    if not wanted:
+    if not query.term_set:
         return 1
+    lines = chunk.text.split("\n")
     matching = 0
-    for line in chunk.text.split("\n"):
-        compact = _NON_ALNUM.sub("", line.lower())
-        if any(term in compact for term in wanted) and query.terms_in(line, first_only=True):
+    for i in query.lines_with_terms(chunk.text):
+        if query.terms_in(lines[i], first_only=True):
             matching += 1
             if matching >= max_lines:
                 return matching

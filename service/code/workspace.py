@@ -135,6 +135,9 @@ class WorkspaceRegistry:
 
     def __init__(self, data_dir: Path) -> None:
         self.directory = data_dir / REGISTRY_DIR
+        # Entries read, by the file's identity (inode, mtime, size) then: every code search looks its
+        # workspace up, and a stat is what a read and a parse cost over again (saves replace the file).
+        self._read: dict[str, tuple[tuple[int, int, int], Workspace]] = {}
 
     def _entry(self, workspace_id: str) -> Path:
         return self.directory / workspace_id / ENTRY_FILE
@@ -142,13 +145,22 @@ class WorkspaceRegistry:
     def get(self, workspace_id: str) -> Workspace | None:
         if not is_workspace_id(workspace_id):
             return None
+        path = self._entry(workspace_id)
         try:
-            return Workspace.from_dict(json.loads(self._entry(workspace_id).read_text()))
+            stat = path.stat()
+            identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            known = self._read.get(workspace_id)
+            if known is not None and known[0] == identity:
+                return known[1]
+            workspace = Workspace.from_dict(json.loads(path.read_text()))
         except FileNotFoundError:
+            self._read.pop(workspace_id, None)
             return None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("unreadable workspace entry", extra={"workspace": workspace_id, "error": str(exc)})
             return None
+        self._read[workspace_id] = (identity, workspace)
+        return workspace
 
     def save(self, workspace: Workspace) -> None:
         path = self._entry(workspace.id)

@@ -72,6 +72,10 @@ INT8_MIN_COSINE = 0.97
 # A slice whose longest text has at most this many tokens is encoded by ONNX, a longer one by torch.
 ONNX_MAX_TOKENS = 192
 EXPORT_TIMEOUT_S = 600.0
+# The int8 twin encodes queries on one thread: a short query took 2.45 ms on one and 2.49 on two,
+# and four callers got 672 queries/s against 572, leaving the other core to the GIL's holder (the
+# fp32 export keeps onnxruntime's default, one thread per core: 5.3 ms against 9.8 on one).
+INT8_THREADS = 1
 # How often a running export checks whether the process is shutting down.
 _STOP_POLL_S = 0.2
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -104,7 +108,7 @@ class Batch:
 class OnnxEncoder:
     """One onnxruntime session of an export, with the model's own tokenizer (truncation at ``max_tokens``)."""
 
-    def __init__(self, path: Path, model_dir: Path, max_tokens: int) -> None:
+    def __init__(self, path: Path, model_dir: Path, max_tokens: int, *, threads: int = 0) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -115,6 +119,7 @@ class OnnxEncoder:
         options.log_severity_level = 3  # errors only: onnxruntime's own warnings are not ours to show
         # Idle threads sleep rather than spin: the cores are shared with the event loop, torch and the workers.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.intra_op_num_threads = threads  # 0: onnxruntime's default, one per core
         self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=max_tokens)
@@ -176,7 +181,7 @@ def prepare(
 
 
 def _checked_file(
-    target: Path, model_dir: Path, max_tokens: int, stop: threading.Event | None, verify: Callable[[OnnxEncoder], object]
+    target: Path, model_dir: Path, max_tokens: int, stop: threading.Event | None, verify: Callable[[OnnxEncoder], object], *, threads: int = 0
 ) -> OnnxEncoder:
     """The encoder of ``target``, loaded and passed by ``verify`` once per file version (``_checked``);
     call it holding ``_prepare_lock``."""
@@ -185,7 +190,7 @@ def _checked_file(
     key = _file_key(target)
     encoder = _checked.get(key)
     if encoder is None:
-        encoder = _load(target, model_dir, max_tokens)
+        encoder = _load(target, model_dir, max_tokens, threads)
         verify(encoder)
         _checked[key] = encoder
     return encoder
@@ -235,9 +240,9 @@ def _file_key(path: Path) -> tuple[str, int, int]:
     return (str(path), stat.st_size, stat.st_mtime_ns)
 
 
-def _load(path: Path, model_dir: Path, max_tokens: int) -> OnnxEncoder:
+def _load(path: Path, model_dir: Path, max_tokens: int, threads: int = 0) -> OnnxEncoder:
     try:
-        return OnnxEncoder(path, model_dir, max_tokens)
+        return OnnxEncoder(path, model_dir, max_tokens, threads=threads)
     except Exception as exc:  # onnxruntime raises its own types for a truncated or foreign file
         raise OnnxUnavailable(f"onnxruntime cannot load {path.name}: {type(exc).__name__}: {_first_line(exc)}") from None
 
@@ -287,7 +292,9 @@ def prepare_quantized(model_dir: Path, checked: OnnxEncoder, *, max_tokens: int,
         if not target.exists():
             log.info("quantising the ONNX export to int8 for queries", extra={"path": str(target)})
             _run_child(["--int8", str(target), str(checked.path)], target, "the int8 quantisation", stop)
-        return _checked_file(target, model_dir, max_tokens, stop, lambda made: check(made, checked.encode, min_cosine=INT8_MIN_COSINE, against="the fp32 export"))
+        return _checked_file(
+            target, model_dir, max_tokens, stop, lambda made: check(made, checked.encode, min_cosine=INT8_MIN_COSINE, against="the fp32 export"), threads=INT8_THREADS
+        )
 
 
 def _run_child(arguments: list[str], target: Path, what: str, stop: threading.Event | None) -> None:

@@ -152,6 +152,38 @@ async def test_buckets_keep_the_last_24_hours_bounded_and_the_slowest_latency(en
     assert recorder.dropped == 0 and recorder.failed == 0
 
 
+class CountingPipelines:
+    """The engine's real Redis client, its pipelines (one round trip each) counted."""
+
+    def __init__(self, redis: Any) -> None:
+        self.redis = redis
+        self.pipelines = 0
+
+    def pipeline(self, **options: Any) -> Any:
+        self.pipelines += 1
+        return self.redis.pipeline(**options)
+
+
+async def test_records_made_together_are_written_in_one_round_trip_with_the_same_figures(engine: Engine) -> None:
+    client = CountingPipelines(engine.redis)
+    recorder = SearchAnalytics(client, engine.settings.queue_prefix, enabled=True)
+    now = time.time()
+    for i in range(40):  # four queries, ten searches each; query 0 never answers anything
+        recorder.record("code", "org:acme", f"Query {i % 4}", 0 if i % 4 == 0 else 2, float(i), now_s=now)
+    await recorder.settle()
+    assert client.pipelines == 1
+    hour = int(now // 3600)
+    prefix = engine.settings.queue_prefix
+    top = await engine.redis.zrange(bucket_key(prefix, "code", hour, "top"), 0, -1, withscores=True)
+    assert sorted(top) == [(f"org:acme\tquery {q}".encode(), 10.0) for q in range(4)]
+    none = await engine.redis.zrange(bucket_key(prefix, "code", hour, "none"), 0, -1, withscores=True)
+    assert none == [(b"org:acme\tquery 0", 10.0)]
+    slow = dict(await engine.redis.zrange(bucket_key(prefix, "code", hour, "slow"), 0, -1, withscores=True))
+    assert slow == {f"org:acme\tquery {q}".encode(): 36.0 + q for q in range(4)}, "each query's slowest search"
+    for kind in ("top", "none", "slow"):
+        assert 0 < await engine.redis.ttl(bucket_key(prefix, "code", hour, kind)) <= BUCKET_TTL_S
+
+
 def test_queries_are_normalized_and_capped() -> None:
     assert normalize_query("  Send\tan \n EMAIL  ") == "send an email"
     assert normalize_query("x" * 500) == "x" * 200

@@ -318,6 +318,31 @@ def test_shown_line_count_is_the_number_of_lines_a_chunk_shows(lines: list[str],
     assert shown_line_count(chunk, text, max_lines) == len(matching_lines(chunk, text, max_lines) or [anchor_line(chunk)])
 
 
+def lines_by_definition(chunk: CachedChunk, query: QueryText, max_lines: int) -> list[tuple[int, str]]:
+    """``matching_lines`` as its docstring defines it, line by line: the lines holding the literal, or
+    else those with the most query terms (every line analyzed)."""
+    needle = query.literal.lower()
+    lines = chunk.text.split("\n")
+    exact = [(chunk.start_line + i, line) for i, line in enumerate(lines) if needle and needle in line.lower()]
+    if exact:
+        return exact[:max_lines]
+    scored = [(len(query.term_set & set(analyze(line))), chunk.start_line + i, line) for i, line in enumerate(lines)]
+    best = sorted((s for s in scored if s[0]), key=lambda s: (-s[0], s[1]))[:max_lines]
+    return [(line_no, line) for _, line_no, line in sorted(best, key=lambda s: s[1])]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(LINES | st.text(alphabet="aeiİıßuser_ .()=#\t-", max_size=20), min_size=1, max_size=12),
+    query=st.sampled_from(["user", "get user", "self.user", "USER", "todo", "the", "i̇stanbul", "absent words", "=", "a\nb", " ", "get_user users", "ß"]),
+    max_lines=st.integers(1, 4),
+)
+def test_matching_lines_are_those_of_the_line_by_line_definition(lines: list[str], query: str, max_lines: int) -> None:
+    chunk = CachedChunk("k", "p.py", 10, 10 + len(lines) - 1, "function", None, "h", "h", "\n".join(lines))
+    text = QueryText.of(query)
+    assert matching_lines(chunk, text, max_lines) == lines_by_definition(chunk, QueryText.of(query), max_lines)
+
+
 def test_chunks_at_finds_the_chunk_holding_each_line(tmp_path: Path) -> None:
     cache = ChunkCache(tmp_path)
     chunks = [

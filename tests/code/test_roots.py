@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
 from service.code.state import workspaces_of
-from service.code.workspace import REGISTRY_DIR, SearchConfig, Workspace, workspace_id
+from service.code.workspace import REGISTRY_DIR, SearchConfig, Workspace, WorkspaceRegistry, new_workspace, workspace_id
 from service.engine.queue import forget_deployment
 from service.settings import Settings
 from service.state import ENGINE
@@ -337,3 +338,21 @@ async def test_a_broken_workspace_says_so_and_can_always_be_deleted(settings: Se
             assert (await client.get(f"/v1/workspaces/{workspace}", headers=user)).status == 404
     assert secret.read_text() == "keep me\n", "deleting the broken entry left the file its index_dir named alone"
     assert not cache.exists(), "the file in the cache's place (named by the workspace id, under index_dir) is gone"
+
+
+def test_a_registry_entry_is_read_again_only_when_its_file_changes(tmp_path: Path) -> None:
+    """A search's lookup reuses the entry it read while the file is unchanged; another process's
+    save or delete of the entry is seen at the next lookup."""
+    registry, other_process = WorkspaceRegistry(tmp_path), WorkspaceRegistry(tmp_path)
+    workspace = new_workspace("user:ann", tmp_path / "root", SearchConfig())
+    registry.save(workspace)
+    first = registry.get(workspace.id)
+    assert first == workspace
+    assert registry.get(workspace.id) is first, "read once while the file is unchanged"
+    warmed = replace(workspace, warm=True)
+    other_process.save(warmed)
+    assert registry.get(workspace.id) == warmed
+    other_process.delete(workspace.id)
+    assert registry.get(workspace.id) is None
+    registry.save(workspace)
+    assert registry.get(workspace.id) == workspace

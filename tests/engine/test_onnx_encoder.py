@@ -225,6 +225,9 @@ async def test_queries_go_through_the_int8_twin_and_documents_stay_fp32(exported
     assert not list(MODEL_ARTIFACTS.glob(".*.tmp")), "no temporary quantisation is left behind"
     int8, fp32 = embedder._int8, embedder._onnx
     assert int8 is not None and fp32 is not None
+    # Queries on one thread, documents on onnxruntime's default (one per core).
+    assert int8._session.get_session_options().intra_op_num_threads == onnx_encoder.INT8_THREADS == 1
+    assert fp32._session.get_session_options().intra_op_num_threads == 0
     int8_before, fp32_before = int8.calls, fp32.calls
     queries = await embedder.embed_queries(QUERIES)
     assert int8.calls == int8_before + 1 and fp32.calls == fp32_before, "the queries ran on the int8 twin"

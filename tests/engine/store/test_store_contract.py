@@ -776,3 +776,37 @@ async def test_edge_payloads_kept_are_bounded_and_a_search_larger_than_the_bound
         assert cache.kept() == 3
     finally:
         await store.close()
+
+
+# A shard's search pool, counted by the kernel's names of this process's threads.
+SEARCH_THREADS_SCRIPT = """
+import asyncio, os, sys, tempfile
+from pathlib import Path
+from service.engine.store import CollectionSpec, DenseQuery, PointRecord, TextQuery, VectorSpec, point_id
+from service.engine.store.edge import EdgeStore
+
+def pool() -> int:
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    return sum(name.startswith("edge-search") for name in names)
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = EdgeStore(Path(tmp))
+        for name in ("a", "b"):
+            await store.ensure_collection(CollectionSpec(name), [VectorSpec("dense", 4)])
+            points = [PointRecord(point_id(name, str(i)), {"tenant": "t", "terms": f"w{i} x"}, {"dense": [1.0, i / 50, 0.0, 0.0]}) for i in range(50)]
+            await store.upsert(name, points)
+            for _ in range(20):
+                await store.search_batch(name, [DenseQuery("dense", [1.0, 0.0, 0.0, 0.0], limit=10), TextQuery("x", limit=10)])
+        print(pool())
+        await store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_edge_each_shard_searches_on_one_thread_of_its_own() -> None:
+    """Two open shards, each searched: two search threads in the process (the engine's default is a pool per shard)."""
+    result = subprocess.run([sys.executable, "-c", SEARCH_THREADS_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2"]
